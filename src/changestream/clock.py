@@ -1,0 +1,71 @@
+"""Commit timestamps: integer microseconds since the Unix epoch, UTC, rendered as RFC 3339."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import time
+
+from changestream.errors import InvalidArgument
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+_RFC3339 = re.compile(
+    r"^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?"
+    r"(Z|z|[+-]\d{2}:\d{2})?$"
+)
+
+
+def now_us() -> int:
+    """The wall clock in microseconds since the epoch."""
+    return time.time_ns() // 1000
+
+
+def next_commit_ts(last_us: int, floor_us: int = 0) -> int:
+    """The hybrid clock: the wall clock, but always above the last timestamp handed out."""
+    return max(now_us(), last_us + 1, floor_us + 1)
+
+
+def format_ts(us: int) -> str:
+    """Render microseconds as RFC 3339 with six fractional digits and ``Z``."""
+    seconds, micros = divmod(us, 1_000_000)
+    moment = _EPOCH + dt.timedelta(seconds=seconds)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S") + f".{micros:06d}Z"
+
+
+def to_datetime(us: int) -> dt.datetime:
+    """Microseconds as an aware UTC datetime."""
+    return _EPOCH + dt.timedelta(microseconds=us)
+
+
+def parse_ts(value: object, name: str = "timestamp") -> int:
+    """Accept an RFC 3339 string, an aware datetime, or integer microseconds; return microseconds."""
+    if isinstance(value, bool):
+        raise InvalidArgument(f"{name} must be a timestamp, got {value!r}")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is None:
+            raise InvalidArgument(f"{name} must be timezone-aware (UTC), got naive {value!r}")
+        delta = value - _EPOCH
+        return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+    if isinstance(value, str):
+        match = _RFC3339.match(value.strip())
+        if match is None:
+            raise InvalidArgument(
+                f"{name} must be an RFC 3339 timestamp such as 2022-09-27T12:30:00.123456Z, "
+                f"got {value!r}"
+            )
+        year, month, day, hour, minute, second, frac, zone = match.groups()
+        try:
+            moment = dt.datetime(
+                int(year), int(month), int(day), int(hour), int(minute), int(second), tzinfo=dt.UTC
+            )
+        except ValueError as exc:
+            raise InvalidArgument(f"{name} is not a valid date/time: {value!r} ({exc})") from exc
+        if zone and zone.upper() != "Z":
+            sign = 1 if zone[0] == "+" else -1
+            offset = dt.timedelta(hours=int(zone[1:3]), minutes=int(zone[4:6]))
+            moment -= sign * offset
+        micros = int((frac or "").ljust(6, "0")[:6])
+        return parse_ts(moment, name) + micros
+    raise InvalidArgument(f"{name} must be a timestamp string or datetime, got {type(value).__name__}")

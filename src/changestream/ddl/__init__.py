@@ -1,0 +1,31 @@
+"""Schema objects and the GoogleSQL DDL parser that produces them."""
+
+from changestream.ddl.parser import parse_ddl
+from changestream.ddl.schema import (
+    AlterChangeStream,
+    ChangeStream,
+    Column,
+    CreateChangeStream,
+    CreateTable,
+    DropChangeStream,
+    DropTable,
+    Statement,
+    StreamOptions,
+    StreamTarget,
+    Table,
+)
+
+__all__ = [
+    "AlterChangeStream",
+    "ChangeStream",
+    "Column",
+    "CreateChangeStream",
+    "CreateTable",
+    "DropChangeStream",
+    "DropTable",
+    "Statement",
+    "StreamOptions",
+    "StreamTarget",
+    "Table",
+    "parse_ddl",
+]

@@ -1,0 +1,182 @@
+"""Schema objects: tables, columns, change streams, and the DDL statements that create them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from changestream.types import ColumnType
+
+VALUE_CAPTURE_TYPES = ("OLD_AND_NEW_VALUES", "NEW_VALUES", "NEW_ROW", "NEW_ROW_AND_OLD_VALUES")
+DEFAULT_VALUE_CAPTURE_TYPE = "OLD_AND_NEW_VALUES"
+DEFAULT_RETENTION_SECONDS = 24 * 3600
+MIN_RETENTION_SECONDS = 3600
+MAX_RETENTION_SECONDS = 30 * 24 * 3600
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    """One column of a table; ``ordinal`` is its 1-based position in the schema."""
+
+    name: str
+    type: ColumnType
+    ordinal: int
+    not_null: bool = False
+    allow_commit_timestamp: bool = False
+
+    def to_catalog(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "type": self.type.to_catalog(),
+            "ordinal": self.ordinal,
+            "not_null": self.not_null,
+            "allow_commit_timestamp": self.allow_commit_timestamp,
+        }
+
+    @staticmethod
+    def from_catalog(data: dict[str, Any]) -> Column:
+        return Column(
+            name=data["name"],
+            type=ColumnType.from_json(data["type"]),
+            ordinal=data["ordinal"],
+            not_null=data["not_null"],
+            allow_commit_timestamp=data["allow_commit_timestamp"],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Table:
+    """A user table: its columns in schema order and its primary key column names."""
+
+    name: str
+    columns: tuple[Column, ...]
+    primary_key: tuple[str, ...]
+    _by_name: dict[str, Column] = field(init=False, repr=False, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_by_name", {c.name: c for c in self.columns})
+
+    def column(self, name: str) -> Column | None:
+        """The column called ``name`` (case-sensitive), or None."""
+        return self._by_name.get(name)
+
+    @property
+    def key_columns(self) -> tuple[Column, ...]:
+        return tuple(self._by_name[name] for name in self.primary_key)
+
+    @property
+    def non_key_columns(self) -> tuple[Column, ...]:
+        keys = set(self.primary_key)
+        return tuple(c for c in self.columns if c.name not in keys)
+
+    def to_catalog(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "columns": [c.to_catalog() for c in self.columns],
+            "primary_key": list(self.primary_key),
+        }
+
+    @staticmethod
+    def from_catalog(data: dict[str, Any]) -> Table:
+        return Table(
+            name=data["name"],
+            columns=tuple(Column.from_catalog(c) for c in data["columns"]),
+            primary_key=tuple(data["primary_key"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class StreamTarget:
+    """A table a change stream tracks; ``columns`` None means every column, () only the keys."""
+
+    table: str
+    columns: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeStream:
+    """A change stream definition as stored in the catalog."""
+
+    name: str
+    for_all: bool = False
+    targets: tuple[StreamTarget, ...] = ()
+    retention_seconds: int = DEFAULT_RETENTION_SECONDS
+    value_capture_type: str = DEFAULT_VALUE_CAPTURE_TYPE
+
+    def target_for(self, table: str) -> StreamTarget | None:
+        """What this stream tracks of ``table``, or None when it does not track it."""
+        if self.for_all:
+            return StreamTarget(table)
+        for target in self.targets:
+            if target.table == table:
+                return target
+        return None
+
+    def to_catalog(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "for_all": self.for_all,
+            "targets": [
+                {"table": t.table, "columns": None if t.columns is None else list(t.columns)}
+                for t in self.targets
+            ],
+            "retention_seconds": self.retention_seconds,
+            "value_capture_type": self.value_capture_type,
+        }
+
+    @staticmethod
+    def from_catalog(data: dict[str, Any]) -> ChangeStream:
+        return ChangeStream(
+            name=data["name"],
+            for_all=data["for_all"],
+            targets=tuple(
+                StreamTarget(t["table"], None if t["columns"] is None else tuple(t["columns"]))
+                for t in data["targets"]
+            ),
+            retention_seconds=data["retention_seconds"],
+            value_capture_type=data["value_capture_type"],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class StreamOptions:
+    """Options given in a CREATE or ALTER CHANGE STREAM; None means "not given"."""
+
+    retention_seconds: int | None = None
+    value_capture_type: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CreateTable:
+    table: Table
+
+
+@dataclass(frozen=True, slots=True)
+class DropTable:
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class CreateChangeStream:
+    name: str
+    for_all: bool
+    targets: tuple[StreamTarget, ...]
+    options: StreamOptions
+
+
+@dataclass(frozen=True, slots=True)
+class AlterChangeStream:
+    """``SET FOR`` (for_all/targets given), ``SET OPTIONS`` (options given), or ``DROP FOR ALL``."""
+
+    name: str
+    set_for: tuple[bool, tuple[StreamTarget, ...]] | None = None
+    options: StreamOptions | None = None
+    drop_for_all: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class DropChangeStream:
+    name: str
+
+
+Statement = CreateTable | DropTable | CreateChangeStream | AlterChangeStream | DropChangeStream

@@ -1,0 +1,67 @@
+"""The error hierarchy: every error a user can cause is a subclass of :class:`ChangeStreamError`."""
+
+from __future__ import annotations
+
+
+class ChangeStreamError(Exception):
+    """Base class of every error raised by changestream."""
+
+    #: HTTP status the server answers with for this error.
+    http_status = 500
+
+
+class InvalidArgument(ChangeStreamError, ValueError):
+    """An argument is malformed or outside what is allowed."""
+
+    http_status = 400
+
+
+class DDLError(InvalidArgument):
+    """A DDL statement could not be parsed or applied; ``position`` is the 0-based offset."""
+
+    def __init__(self, message: str, statement: str = "", position: int | None = None) -> None:
+        self.statement = statement
+        self.position = position
+        if position is not None and statement:
+            line = statement.count("\n", 0, position) + 1
+            column = position - (statement.rfind("\n", 0, position) + 1) + 1
+            message = f"{message} (line {line}, column {column})"
+        super().__init__(message)
+
+
+class InvalidToken(InvalidArgument):
+    """A partition token is unknown, malformed, or belongs to another change stream."""
+
+
+class NotFound(ChangeStreamError, LookupError):
+    """A table, column, change stream, row or partition does not exist."""
+
+    http_status = 404
+
+
+class AlreadyExists(ChangeStreamError):
+    """A table, change stream or row already exists."""
+
+    http_status = 409
+
+
+class FailedPrecondition(ChangeStreamError):
+    """The operation is valid but the database is not in a state that allows it."""
+
+    http_status = 412
+
+
+class OutOfRange(InvalidArgument):
+    """A timestamp lies outside the change stream's retention window or creation time."""
+
+
+class DatabaseBusy(ChangeStreamError):
+    """The database stayed locked by another writer for longer than the busy timeout."""
+
+    http_status = 503
+
+
+class DatabaseClosed(ChangeStreamError):
+    """The database was used after ``close()``."""
+
+    http_status = 503

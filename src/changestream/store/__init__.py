@@ -1,0 +1,1 @@
+"""The embedded table store: catalog, transactions, splits and the change log in SQLite."""

@@ -1,0 +1,180 @@
+"""The schema catalog: user tables and change streams, validated and kept in system tables."""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass, field, replace
+
+import orjson
+
+from changestream.ddl.schema import (
+    AlterChangeStream,
+    ChangeStream,
+    CreateChangeStream,
+    CreateTable,
+    DropChangeStream,
+    DropTable,
+    Statement,
+    StreamOptions,
+    StreamTarget,
+    Table,
+)
+from changestream.errors import AlreadyExists, FailedPrecondition, NotFound
+from changestream.store.keys import quote
+from changestream.store.sqlite_layout import create_table_sql
+
+
+@dataclass(frozen=True, slots=True)
+class StreamEntry:
+    """A change stream as the engine knows it: its definition, id, and creation time."""
+
+    stream_id: int
+    definition: ChangeStream
+    created_ts: int
+
+
+@dataclass(slots=True)
+class Catalog:
+    """Tables and change streams by name, loaded from (and written to) the system tables."""
+
+    tables: dict[str, Table] = field(default_factory=dict)
+    streams: dict[str, StreamEntry] = field(default_factory=dict)
+
+    @staticmethod
+    def load(conn: sqlite3.Connection) -> Catalog:
+        catalog = Catalog()
+        for name, definition in conn.execute("SELECT name, definition FROM _cs_tables"):
+            catalog.tables[name] = Table.from_catalog(orjson.loads(definition))
+        rows = conn.execute("SELECT stream_id, name, definition, created_ts FROM _cs_streams")
+        for stream_id, name, definition, created_ts in rows:
+            stream = ChangeStream.from_catalog(orjson.loads(definition))
+            catalog.streams[name] = StreamEntry(stream_id, stream, created_ts)
+        return catalog
+
+    def table(self, name: str) -> Table:
+        """The table called ``name``, or NotFound listing the tables there are."""
+        table = self.tables.get(name)
+        if table is None:
+            known = ", ".join(sorted(self.tables)) or "none"
+            raise NotFound(f"table {name!r} does not exist (tables: {known})")
+        return table
+
+    def stream(self, name: str) -> StreamEntry:
+        """The change stream called ``name``, or NotFound listing the streams there are."""
+        entry = self.streams.get(name)
+        if entry is None:
+            known = ", ".join(sorted(self.streams)) or "none"
+            raise NotFound(f"change stream {name!r} does not exist (change streams: {known})")
+        return entry
+
+    def streams_tracking(self, table: str) -> list[StreamEntry]:
+        """The change streams that track ``table`` at all."""
+        return [e for e in self.streams.values() if e.definition.target_for(table) is not None]
+
+    def apply(self, conn: sqlite3.Connection, statement: Statement, commit_ts: int) -> None:
+        """Validate one DDL statement against the catalog and apply it inside the open transaction."""
+        if isinstance(statement, CreateTable):
+            self._create_table(conn, statement.table)
+        elif isinstance(statement, DropTable):
+            self._drop_table(conn, statement.name)
+        elif isinstance(statement, CreateChangeStream):
+            self._create_stream(conn, statement, commit_ts)
+        elif isinstance(statement, AlterChangeStream):
+            self._alter_stream(conn, statement)
+        else:
+            self._drop_stream(conn, statement)
+
+    def _create_table(self, conn: sqlite3.Connection, table: Table) -> None:
+        if table.name in self.tables:
+            raise AlreadyExists(f"table {table.name!r} already exists")
+        conn.execute(create_table_sql(table))
+        conn.execute(
+            "INSERT INTO _cs_tables (name, definition) VALUES (?, ?)",
+            (table.name, orjson.dumps(table.to_catalog())),
+        )
+        self.tables[table.name] = table
+
+    def _drop_table(self, conn: sqlite3.Connection, name: str) -> None:
+        self.table(name)
+        watchers = [
+            e.definition.name
+            for e in self.streams.values()
+            if any(t.table == name for t in e.definition.targets)
+        ]
+        if watchers:
+            raise FailedPrecondition(
+                f"table {name!r} is tracked by change stream(s) {', '.join(watchers)}; "
+                "remove it with ALTER CHANGE STREAM ... SET FOR first"
+            )
+        conn.execute(f"DROP TABLE {quote(name)}")
+        conn.execute("DELETE FROM _cs_tables WHERE name = ?", (name,))
+        del self.tables[name]
+
+    def _check_targets(self, stream: str, targets: tuple[StreamTarget, ...]) -> None:
+        for target in targets:
+            table = self.tables.get(target.table)
+            if table is None:
+                raise NotFound(
+                    f"change stream {stream!r} names table {target.table!r}, which does not exist"
+                )
+            for column in target.columns or ():
+                if table.column(column) is None:
+                    raise NotFound(
+                        f"change stream {stream!r} names column {column!r}, which table "
+                        f"{table.name!r} does not have"
+                    )
+                if column in table.primary_key:
+                    raise FailedPrecondition(
+                        f"change stream {stream!r}: key column {column!r} of {table.name!r} is "
+                        "always tracked and must not be listed"
+                    )
+
+    def _save_stream(self, conn: sqlite3.Connection, entry: StreamEntry) -> None:
+        conn.execute(
+            "UPDATE _cs_streams SET definition = ? WHERE stream_id = ?",
+            (orjson.dumps(entry.definition.to_catalog()), entry.stream_id),
+        )
+        self.streams[entry.definition.name] = entry
+
+    def _create_stream(
+        self, conn: sqlite3.Connection, statement: CreateChangeStream, commit_ts: int
+    ) -> None:
+        if statement.name in self.streams:
+            raise AlreadyExists(f"change stream {statement.name!r} already exists")
+        self._check_targets(statement.name, statement.targets)
+        stream = _with_options(
+            ChangeStream(statement.name, statement.for_all, statement.targets), statement.options
+        )
+        cursor = conn.execute(
+            "INSERT INTO _cs_streams (name, definition, created_ts) VALUES (?, ?, ?)",
+            (stream.name, orjson.dumps(stream.to_catalog()), commit_ts),
+        )
+        assert cursor.lastrowid is not None
+        self.streams[stream.name] = StreamEntry(cursor.lastrowid, stream, commit_ts)
+
+    def _alter_stream(self, conn: sqlite3.Connection, statement: AlterChangeStream) -> None:
+        entry = self.stream(statement.name)
+        stream = entry.definition
+        if statement.set_for is not None:
+            for_all, targets = statement.set_for
+            self._check_targets(stream.name, targets)
+            stream = replace(stream, for_all=for_all, targets=targets)
+        if statement.options is not None:
+            stream = _with_options(stream, statement.options)
+        if statement.drop_for_all:
+            stream = replace(stream, for_all=False, targets=())
+        self._save_stream(conn, replace(entry, definition=stream))
+
+    def _drop_stream(self, conn: sqlite3.Connection, statement: DropChangeStream) -> None:
+        entry = self.stream(statement.name)
+        conn.execute("DELETE FROM _cs_log WHERE stream_id = ?", (entry.stream_id,))
+        conn.execute("DELETE FROM _cs_streams WHERE stream_id = ?", (entry.stream_id,))
+        del self.streams[statement.name]
+
+
+def _with_options(stream: ChangeStream, options: StreamOptions) -> ChangeStream:
+    if options.retention_seconds is not None:
+        stream = replace(stream, retention_seconds=options.retention_seconds)
+    if options.value_capture_type is not None:
+        stream = replace(stream, value_capture_type=options.value_capture_type)
+    return stream

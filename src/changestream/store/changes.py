@@ -1,0 +1,42 @@
+"""What a committed transaction changed, as handed to change capture in the same transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from changestream.ddl.schema import Table
+from changestream.store.catalog import Catalog
+
+
+@dataclass(slots=True)
+class RowChange:
+    """The net change of one row in one transaction: its image before and after, and which
+    columns the transaction wrote. ``before``/``after`` are full rows (None: row absent)."""
+
+    table: Table
+    key: tuple[Any, ...]
+    before: dict[str, Any] | None
+    after: dict[str, Any] | None
+    written: set[str] = field(default_factory=set)
+    split_id: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class CommitContext:
+    """Everything capture needs to know about one committing transaction."""
+
+    commit_ts: int
+    server_transaction_id: str
+    transaction_tag: str
+    is_system_transaction: bool
+    changes: list[RowChange]
+    catalog: Catalog
+
+
+#: (stream_id, split_id, commit_ts, record_sequence, payload) — one row of ``_cs_log``.
+LogRow = tuple[int, int, int, int, bytes]
+
+#: Turns a transaction's row changes into change-log rows, inside the committing transaction.
+CaptureFn = Callable[[CommitContext], list[LogRow]]

@@ -1,0 +1,84 @@
+"""SQLite connections: one per thread, configured for WAL, the durability mode and busy waits."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from changestream.errors import DatabaseBusy, DatabaseClosed, InvalidArgument
+from changestream.store.sqlite_layout import register_converters
+
+DURABILITY_MODES = {"normal": "NORMAL", "full": "FULL"}
+
+register_converters()
+
+
+class ConnectionPool:
+    """Hands each thread its own connection to one database file and closes them all at the end."""
+
+    def __init__(self, path: str, durability: str, busy_timeout: float) -> None:
+        if durability not in DURABILITY_MODES:
+            raise InvalidArgument(
+                f"durability must be one of {', '.join(DURABILITY_MODES)}, got {durability!r}"
+            )
+        if busy_timeout <= 0:
+            raise InvalidArgument(f"busy_timeout must be positive seconds, got {busy_timeout!r}")
+        self.path = path
+        self.busy_timeout = busy_timeout
+        self._synchronous = DURABILITY_MODES[durability]
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._all: list[sqlite3.Connection] = []
+        self._closed = False
+
+    def get(self) -> sqlite3.Connection:
+        """This thread's connection, opened on first use."""
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is not None and not self._closed:
+            return conn
+        return self._open()
+
+    def _open(self) -> sqlite3.Connection:
+        with self._lock:
+            if self._closed:
+                raise DatabaseClosed(f"database {self.path!r} is closed")
+            conn = sqlite3.connect(
+                self.path,
+                timeout=self.busy_timeout,
+                isolation_level=None,
+                check_same_thread=False,
+                detect_types=sqlite3.PARSE_DECLTYPES,
+            )
+            self._all.append(conn)
+        with translate_busy(self.busy_timeout):
+            conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute(f"PRAGMA synchronous={self._synchronous}")
+        self._local.conn = conn
+        return conn
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            connections, self._all = self._all, []
+        for conn in connections:
+            conn.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+
+@contextmanager
+def translate_busy(timeout: float) -> Iterator[None]:
+    """Turn SQLite's "database is locked" into a DatabaseBusy that says what happened."""
+    try:
+        yield
+    except sqlite3.OperationalError as exc:
+        if "locked" in str(exc) or "busy" in str(exc):
+            raise DatabaseBusy(
+                f"the database stayed locked by another writer for more than {timeout:g} s "
+                "(raise busy_timeout, or keep write transactions shorter)"
+            ) from exc
+        raise

@@ -1,0 +1,352 @@
+"""The embedded store: tables, transactions, splits and the change log in one SQLite file."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import sqlite3
+import tempfile
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from changestream.clock import next_commit_ts, now_us
+from changestream.ddl import parse_ddl
+from changestream.ddl.schema import Statement
+from changestream.errors import InvalidArgument
+from changestream.store import splits as split_ops
+from changestream.store.catalog import Catalog
+from changestream.store.changes import CaptureFn, CommitContext
+from changestream.store.connections import ConnectionPool, translate_busy
+from changestream.store.keys import KeyRange, encode_key, quote
+from changestream.store.rows import key_condition, storage_key
+from changestream.store.splits import Split, SplitMap
+from changestream.store.sqlite_layout import SYSTEM_TABLES
+
+_GC_INTERVAL_US = 60_000_000
+
+
+@dataclass(slots=True)
+class Meta:
+    """The engine's counters, read and written under the write lock."""
+
+    last_commit_ts: int
+    safe_ts: int
+    txn_seq: int
+    catalog_version: int
+    split_version: int
+    secret: str
+
+
+class WriteContext:
+    """An open SQLite write transaction with the engine state it may change."""
+
+    def __init__(self, conn: sqlite3.Connection, meta: Meta, catalog: Catalog, live: SplitMap):
+        self.conn = conn
+        self.meta = meta
+        self.catalog = catalog
+        self.splits = live
+        self.commit_ts = 0
+        self.catalog_changed = False
+        self.splits_changed = False
+
+    def allocate_commit_ts(self) -> int:
+        """Take the next commit timestamp; strictly increasing because we hold the write lock."""
+        if not self.commit_ts:
+            self.commit_ts = next_commit_ts(self.meta.last_commit_ts, self.meta.safe_ts)
+            self.meta.last_commit_ts = self.commit_ts
+        return self.commit_ts
+
+
+class Store:
+    """The table store with change capture; :class:`changestream.Database` builds on it."""
+
+    def __init__(
+        self,
+        path: str,
+        durability: str = "normal",
+        busy_timeout: float = 5.0,
+        capture: CaptureFn | None = None,
+    ) -> None:
+        self._tempdir: str | None = None
+        if path == ":memory:":
+            self._tempdir = tempfile.mkdtemp(prefix="changestream-")
+            path = os.path.join(self._tempdir, "memory.db")
+        self.path = path
+        self._pool = ConnectionPool(path, durability, busy_timeout)
+        self._capture = capture
+        self._cache_lock = threading.Lock()
+        self._catalog = Catalog()
+        self._split_map = SplitMap([])
+        self._versions = (-1, -1)
+        self._last_gc_us = 0
+        self._initialize()
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close every connection; the object cannot be used afterwards."""
+        self._pool.close()
+        if self._tempdir is not None:
+            shutil.rmtree(self._tempdir, ignore_errors=True)
+            self._tempdir = None
+
+    @property
+    def closed(self) -> bool:
+        return self._pool.closed
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def connection(self) -> sqlite3.Connection:
+        """This thread's SQLite connection (for the engine's own layers)."""
+        return self._pool.get()
+
+    def _initialize(self) -> None:
+        with self._begin() as conn:
+            for statement in SYSTEM_TABLES.split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+            if conn.execute("SELECT count(*) FROM _cs_meta").fetchone()[0] == 0:
+                ts = next_commit_ts(0)
+                conn.executemany(
+                    "INSERT INTO _cs_meta (k, v) VALUES (?, ?)",
+                    [
+                        ("last_commit_ts", ts),
+                        ("safe_ts", 0),
+                        ("txn_seq", 0),
+                        ("catalog_version", 0),
+                        ("split_version", 0),
+                        ("secret", secrets.token_hex(16)),
+                    ],
+                )
+                split_ops.create_initial_split(conn, ts)
+
+    # -- state -----------------------------------------------------------------------------
+
+    @staticmethod
+    def read_meta(conn: sqlite3.Connection) -> Meta:
+        values = dict(conn.execute("SELECT k, v FROM _cs_meta").fetchall())
+        return Meta(**values)
+
+    def _refresh(self, conn: sqlite3.Connection, meta: Meta) -> None:
+        versions = (meta.catalog_version, meta.split_version)
+        if versions == self._versions:
+            return
+        with self._cache_lock:
+            if versions[0] != self._versions[0]:
+                self._catalog = Catalog.load(conn)
+            if versions[1] != self._versions[1]:
+                self._split_map = SplitMap(split_ops.splits_live_at(conn, meta.last_commit_ts))
+            self._versions = versions
+
+    def catalog(self) -> Catalog:
+        """The current catalog, reloaded when another connection changed it."""
+        conn = self.connection()
+        self._refresh(conn, self.read_meta(conn))
+        return self._catalog
+
+    def live_splits(self) -> list[Split]:
+        """The splits covering the key space now, in key order."""
+        conn = self.connection()
+        self._refresh(conn, self.read_meta(conn))
+        return list(self._split_map.splits)
+
+    @property
+    def secret(self) -> str:
+        return self.read_meta(self.connection()).secret
+
+    def last_commit_ts(self) -> int:
+        return self.read_meta(self.connection()).last_commit_ts
+
+    # -- write transactions -----------------------------------------------------------------
+
+    @contextmanager
+    def _begin(self) -> Iterator[sqlite3.Connection]:
+        conn = self.connection()
+        with translate_busy(self._pool.busy_timeout):
+            conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+            with translate_busy(self._pool.busy_timeout):
+                conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+
+    @contextmanager
+    def write(self, conn: sqlite3.Connection | None = None) -> Iterator[WriteContext]:
+        """A write transaction; pass ``conn`` when the caller already began it."""
+        if conn is None:
+            with self._begin() as began, self.write(began) as ctx:
+                yield ctx
+            return
+        meta = self.read_meta(conn)
+        self._refresh(conn, meta)
+        ctx = WriteContext(conn, meta, self._catalog, self._split_map)
+        try:
+            yield ctx
+        except BaseException:
+            self._versions = (-1, -1)
+            raise
+        self._save_meta(ctx)
+
+    def _save_meta(self, ctx: WriteContext) -> None:
+        meta = ctx.meta
+        if ctx.catalog_changed:
+            meta.catalog_version += 1
+        if ctx.splits_changed:
+            meta.split_version += 1
+        ctx.conn.executemany(
+            "UPDATE _cs_meta SET v = ? WHERE k = ?",
+            [
+                (meta.last_commit_ts, "last_commit_ts"),
+                (meta.txn_seq, "txn_seq"),
+                (meta.catalog_version, "catalog_version"),
+                (meta.split_version, "split_version"),
+            ],
+        )
+        if ctx.catalog_changed or ctx.splits_changed:
+            self._versions = (-1, -1)
+
+    def begin_write(self) -> sqlite3.Connection:
+        """Begin a write transaction on this thread's connection (for DML inside a transaction)."""
+        conn = self.connection()
+        with translate_busy(self._pool.busy_timeout):
+            conn.execute("BEGIN IMMEDIATE")
+        return conn
+
+    def commit_write(self, conn: sqlite3.Connection) -> None:
+        with translate_busy(self._pool.busy_timeout):
+            conn.execute("COMMIT")
+
+    def capture(self, ctx: WriteContext, context: CommitContext) -> None:
+        """Run change capture and append its rows to the change log, in the open transaction."""
+        if self._capture is None or not context.changes:
+            return
+        rows = self._capture(context)
+        if rows:
+            ctx.conn.executemany(
+                "INSERT INTO _cs_log (stream_id, split_id, commit_ts, record_sequence, payload)"
+                " VALUES (?, ?, ?, ?, ?)",
+                rows,
+            )
+        self._collect_garbage(ctx)
+
+    def _collect_garbage(self, ctx: WriteContext) -> None:
+        """Drop change records older than each stream's retention, about once a minute."""
+        now = now_us()
+        if now - self._last_gc_us < _GC_INTERVAL_US:
+            return
+        self._last_gc_us = now
+        for entry in ctx.catalog.streams.values():
+            horizon = now - entry.definition.retention_seconds * 1_000_000
+            ctx.conn.execute(
+                "DELETE FROM _cs_log WHERE stream_id = ? AND commit_ts < ?",
+                (entry.stream_id, horizon),
+            )
+
+    def advance_safe_ts(self) -> int | None:
+        """Promise that no future commit will have a timestamp at or below now, when no writer
+        is active; returns the promised timestamp, or None when a writer held the lock."""
+        conn = self.connection()
+        conn.execute("PRAGMA busy_timeout = 0")
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError:
+            return None
+        finally:
+            conn.execute(f"PRAGMA busy_timeout = {int(self._pool.busy_timeout * 1000)}")
+        try:
+            meta = self.read_meta(conn)
+            safe = max(now_us(), meta.last_commit_ts, meta.safe_ts)
+            conn.execute("UPDATE _cs_meta SET v = ? WHERE k = 'safe_ts'", (safe,))
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        return safe
+
+    # -- DDL ---------------------------------------------------------------------------------
+
+    def execute_ddl(self, statements: str | Sequence[str]) -> int:
+        """Apply one or more DDL statements atomically; returns their commit timestamp."""
+        texts = [statements] if isinstance(statements, str) else list(statements)
+        parsed: list[Statement] = []
+        for text in texts:
+            parsed.extend(parse_ddl(text))
+        if not parsed:
+            raise InvalidArgument("execute_ddl was given no statement")
+        conn = self.connection()
+        with self._begin():
+            meta = self.read_meta(conn)
+            catalog = Catalog.load(conn)
+            ctx = WriteContext(conn, meta, catalog, self._split_map)
+            ts = ctx.allocate_commit_ts()
+            for statement in parsed:
+                catalog.apply(conn, statement, ts)
+            ctx.catalog_changed = True
+            self._save_meta(ctx)
+        return ts
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def read(
+        self,
+        table: str,
+        keys: Sequence[Sequence[Any]] | KeyRange | None = None,
+        columns: Sequence[str] | None = None,
+    ) -> list[tuple[Any, ...]]:
+        """Rows of ``table`` in key order: all rows (keys None), the given keys, or a KeyRange."""
+        schema = self.catalog().table(table)
+        names = list(columns) if columns is not None else [c.name for c in schema.columns]
+        for name in names:
+            if schema.column(name) is None:
+                raise InvalidArgument(f"table {table!r} has no column {name!r}")
+        select = f"SELECT {', '.join(quote(n) for n in names)} FROM {quote(table)}"
+        order = " ORDER BY " + ", ".join(quote(k) for k in schema.primary_key)
+        conn = self.connection()
+        if keys is None:
+            return conn.execute(select + order).fetchall()
+        if isinstance(keys, KeyRange):
+            where, params = keys.where(schema)
+            return conn.execute(f"{select} WHERE {where}{order}", params).fetchall()
+        condition = key_condition(schema)
+        rows: list[tuple[Any, ...]] = []
+        conn.execute("BEGIN")
+        try:
+            for key in keys:
+                found = conn.execute(f"{select} WHERE {condition}", storage_key(schema, key))
+                rows.extend(found.fetchall())
+        finally:
+            conn.execute("COMMIT")
+        return rows
+
+    # -- splits ------------------------------------------------------------------------------
+
+    def _change_splits(self, table: str, key: Sequence[Any], merge: bool) -> int:
+        with self.write() as ctx:
+            boundary = encode_key(ctx.catalog.table(table), key)
+            ts = ctx.allocate_commit_ts()
+            if merge:
+                split_ops.merge_at(ctx.conn, ctx.splits, boundary, ts)
+            else:
+                split_ops.split_at(ctx.conn, ctx.splits, boundary, ts)
+            ctx.splits_changed = True
+        return ts
+
+    def split_at(self, table: str, key: Sequence[Any]) -> int:
+        """Split the split holding ``key`` of ``table`` at that key; returns the split time."""
+        return self._change_splits(table, key, merge=False)
+
+    def merge_at(self, table: str, key: Sequence[Any]) -> int:
+        """Merge the two splits meeting at ``key`` of ``table``; returns the merge time."""
+        return self._change_splits(table, key, merge=True)
+

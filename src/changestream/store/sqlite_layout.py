@@ -1,0 +1,93 @@
+"""How the database is laid out in SQLite: system tables, user tables, and value converters."""
+
+from __future__ import annotations
+
+import sqlite3
+
+from changestream.ddl.schema import Table
+from changestream.store.keys import quote
+from changestream.types import SCALAR_CODES, ColumnType, from_sqlite
+
+SYSTEM_PREFIX = "_cs_"
+
+SYSTEM_TABLES = """
+CREATE TABLE IF NOT EXISTS _cs_meta (k TEXT PRIMARY KEY, v) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS _cs_tables (name TEXT PRIMARY KEY, definition TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS _cs_streams (
+    stream_id INTEGER PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE,
+    definition TEXT NOT NULL,
+    created_ts INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS _cs_splits (
+    split_id INTEGER PRIMARY KEY,
+    start_key BLOB NOT NULL,
+    end_key BLOB,
+    start_ts INTEGER NOT NULL,
+    end_ts INTEGER,
+    parents TEXT NOT NULL,
+    children TEXT NOT NULL DEFAULT '[]'
+);
+CREATE INDEX IF NOT EXISTS _cs_splits_live ON _cs_splits (end_ts, start_key);
+CREATE TABLE IF NOT EXISTS _cs_log (
+    stream_id INTEGER NOT NULL,
+    split_id INTEGER NOT NULL,
+    commit_ts INTEGER NOT NULL,
+    record_sequence INTEGER NOT NULL,
+    payload BLOB NOT NULL,
+    PRIMARY KEY (stream_id, split_id, commit_ts, record_sequence)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS _cs_log_age ON _cs_log (stream_id, commit_ts);
+"""
+
+# SQLite picks a column's affinity from substrings of its declared type, and Python's sqlite3
+# picks a converter from the declared type's first word; these names get both right.
+_DECLARED = {
+    "BOOL": "BOOL",
+    "INT64": "INT64",
+    "FLOAT64": "FLOAT64",
+    "NUMERIC": "NUMERIC_TEXT",
+    "STRING": "TEXT",
+    "BYTES": "BLOB",
+    "DATE": "DATE_TEXT",
+    "TIMESTAMP": "TIMESTAMP_TEXT",
+    "JSON": "JSON_TEXT",
+}
+
+
+def declared_type(ctype: ColumnType) -> str:
+    """The SQLite declared type for a column type."""
+    if ctype.code == "ARRAY":
+        assert ctype.element is not None
+        return f"ARRAY_{ctype.element.code}_TEXT"
+    return _DECLARED[ctype.code]
+
+
+def create_table_sql(table: Table) -> str:
+    """The SQLite ``CREATE TABLE`` for a user table."""
+    columns = [
+        f"{quote(c.name)} {declared_type(c.type)}{' NOT NULL' if c.not_null else ''}"
+        for c in table.columns
+    ]
+    key = ", ".join(quote(name) for name in table.primary_key)
+    return f"CREATE TABLE {quote(table.name)} ({', '.join(columns)}, PRIMARY KEY ({key}))"
+
+
+def _converter(ctype: ColumnType) -> object:
+    def convert(raw: bytes) -> object:
+        text: object = raw if ctype.code == "BYTES" else raw.decode("utf-8")
+        if ctype.code == "BOOL":
+            text = int(raw)
+        return from_sqlite(ctype, text)
+
+    return convert
+
+
+def register_converters() -> None:
+    """Teach sqlite3 to decode every declared type back into the Python value the user wrote."""
+    for code, declared in _DECLARED.items():
+        if declared.endswith("_TEXT") or declared == "BOOL":
+            sqlite3.register_converter(declared, _converter(ColumnType(code)))  # type: ignore[arg-type]
+    for code in SCALAR_CODES:
+        array = ColumnType("ARRAY", element=ColumnType(code))
+        sqlite3.register_converter(declared_type(array), _converter(array))  # type: ignore[arg-type]

@@ -1,0 +1,399 @@
+"""Read-write transactions with Spanner mutation semantics, capturing every row change."""
+
+from __future__ import annotations
+
+import datetime as dt
+import sqlite3
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from changestream.clock import to_datetime
+from changestream.ddl.schema import Table
+from changestream.errors import (
+    AlreadyExists,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+)
+from changestream.store.changes import CommitContext, RowChange
+from changestream.store.database import WriteContext
+from changestream.store.keys import KeyRange, encode_key, quote
+from changestream.store.rows import check_columns, key_condition, normalized_key, normalized_row
+from changestream.types import COMMIT_TIMESTAMP, to_sqlite
+
+if TYPE_CHECKING:
+    from changestream.store.database import Store
+
+ChangeKey = tuple[str, tuple[Any, ...]]
+
+
+@dataclass(frozen=True, slots=True)
+class Mutation:
+    """One buffered mutation: ``op`` is insert, update, insert_or_update, replace or delete."""
+
+    op: str
+    table: Table
+    columns: tuple[str, ...]
+    rows: list[list[Any]]
+    key_range: KeyRange | None = None
+
+
+class ChangeTracker:
+    """Applies writes to SQLite and records each touched row's net change for capture."""
+
+    def __init__(self, conn: sqlite3.Connection, tracked: set[str]) -> None:
+        self.conn = conn
+        self.tracked = tracked
+        self.changes: dict[ChangeKey, RowChange] = {}
+
+    def _note(
+        self,
+        table: Table,
+        key: tuple[Any, ...],
+        before: dict[str, Any] | None,
+        after: dict[str, Any] | None,
+        written: set[str],
+    ) -> None:
+        change = self.changes.get((table.name, key))
+        if change is None:
+            self.changes[(table.name, key)] = RowChange(table, key, before, after, written)
+        else:
+            change.after = after
+            change.written |= written
+
+    def _current(self, table: Table, key: tuple[Any, ...]) -> dict[str, Any] | None:
+        params = [to_sqlite(c.type, v) for c, v in zip(table.key_columns, key, strict=True)]
+        row = self.conn.execute(
+            f"SELECT * FROM {quote(table.name)} WHERE {key_condition(table)}", params
+        ).fetchone()
+        return None if row is None else dict(zip((c.name for c in table.columns), row, strict=True))
+
+    def _key_of(self, table: Table, columns: tuple[str, ...], row: list[Any]) -> tuple[Any, ...]:
+        return tuple(row[columns.index(name)] for name in table.primary_key)
+
+    def _full_row(self, table: Table, columns: tuple[str, ...], row: list[Any]) -> dict[str, Any]:
+        full = dict.fromkeys((c.name for c in table.columns), None)
+        full.update(zip(columns, row, strict=True))
+        return full
+
+    def insert(self, table: Table, columns: tuple[str, ...], rows: list[list[Any]]) -> None:
+        sql = (
+            f"INSERT INTO {quote(table.name)} ({', '.join(quote(c) for c in columns)}) "
+            f"VALUES ({', '.join('?' * len(columns))})"
+        )
+        types = [table.column(c).type for c in columns]  # type: ignore[union-attr]
+        stored = [[to_sqlite(t, v) for t, v in zip(types, row, strict=True)] for row in rows]
+        self.conn.execute("SAVEPOINT cs_insert")
+        try:
+            self.conn.executemany(sql, stored)
+        except sqlite3.IntegrityError as exc:
+            self.conn.execute("ROLLBACK TO cs_insert")
+            raise self._explain(table, columns, rows, sql, stored, exc) from exc
+        finally:
+            self.conn.execute("RELEASE cs_insert")
+        if table.name in self.tracked:
+            for row in rows:
+                key = self._key_of(table, columns, row)
+                self._note(table, key, None, self._full_row(table, columns, row), set(columns))
+
+    def _explain(
+        self,
+        table: Table,
+        columns: tuple[str, ...],
+        rows: list[list[Any]],
+        sql: str,
+        stored: list[list[Any]],
+        exc: sqlite3.IntegrityError,
+    ) -> Exception:
+        """Find the row that broke a constraint, to name it in the error."""
+        for row, values in zip(rows, stored, strict=True):
+            try:
+                self.conn.execute(sql, values)
+            except sqlite3.IntegrityError:
+                key = self._key_of(table, columns, row)
+                if "UNIQUE" in str(exc) or "PRIMARY KEY" in str(exc):
+                    return AlreadyExists(f"row {key!r} already exists in table {table.name!r}")
+                return InvalidArgument(f"row {key!r} of table {table.name!r}: {exc}")
+        return InvalidArgument(f"table {table.name!r}: {exc}")
+
+    def update(
+        self, table: Table, columns: tuple[str, ...], rows: list[list[Any]], upsert: bool
+    ) -> None:
+        set_columns = [c for c in columns if c not in table.primary_key]
+        assignments = ", ".join(f"{quote(c)} = ?" for c in set_columns) or (
+            f"{quote(table.primary_key[0])} = {quote(table.primary_key[0])}"
+        )
+        sql = f"UPDATE {quote(table.name)} SET {assignments} WHERE {key_condition(table)}"
+        indexes = [columns.index(c) for c in set_columns]
+        key_indexes = [columns.index(k) for k in table.primary_key]
+        types = [table.column(c).type for c in columns]  # type: ignore[union-attr]
+        tracked = table.name in self.tracked
+        for row in rows:
+            key = tuple(row[i] for i in key_indexes)
+            before = self._current(table, key) if tracked else None
+            stored = [to_sqlite(types[i], row[i]) for i in indexes + key_indexes]
+            try:
+                count = self.conn.execute(sql, stored).rowcount
+            except sqlite3.IntegrityError as exc:
+                raise InvalidArgument(f"row {key!r} of table {table.name!r}: {exc}") from exc
+            if count == 0:
+                if not upsert:
+                    raise NotFound(f"row {key!r} does not exist in table {table.name!r}")
+                self.insert(table, columns, [row])
+                continue
+            if tracked:
+                assert before is not None
+                after = dict(before)
+                after.update(zip(columns, row, strict=True))
+                self._note(table, key, before, after, set(set_columns))
+
+    def replace(self, table: Table, columns: tuple[str, ...], rows: list[list[Any]]) -> None:
+        tracked = table.name in self.tracked
+        for row in rows:
+            key = self._key_of(table, columns, row)
+            before = self._current(table, key) if tracked else None
+            self.delete_keys(table, [key], track=False)
+            self.insert(table, columns, [row])
+            if tracked:
+                change = self.changes[(table.name, key)]
+                if change.before is None and before is not None:
+                    change.before = before
+                change.written |= {c.name for c in table.columns}
+
+    def delete_keys(self, table: Table, keys: list[tuple[Any, ...]], track: bool = True) -> None:
+        sql = f"DELETE FROM {quote(table.name)} WHERE {key_condition(table)}"
+        tracked = track and table.name in self.tracked
+        for key in keys:
+            before = self._current(table, key) if tracked else None
+            params = [to_sqlite(c.type, v) for c, v in zip(table.key_columns, key, strict=True)]
+            self.conn.execute(sql, params)
+            if before is not None:
+                self._note(table, key, before, None, set())
+
+    def delete_range(self, table: Table, key_range: KeyRange) -> None:
+        where, params = key_range.where(table)
+        if table.name in self.tracked:
+            names = [c.name for c in table.columns]
+            rows = self.conn.execute(
+                f"SELECT * FROM {quote(table.name)} WHERE {where}", params
+            ).fetchall()
+            for row in rows:
+                before = dict(zip(names, row, strict=True))
+                key = tuple(before[k] for k in table.primary_key)
+                self._note(table, key, before, None, set())
+        self.conn.execute(f"DELETE FROM {quote(table.name)} WHERE {where}", params)
+
+    def apply(self, mutation: Mutation) -> None:
+        if mutation.op == "insert":
+            self.insert(mutation.table, mutation.columns, mutation.rows)
+        elif mutation.op in ("update", "insert_or_update"):
+            upsert = mutation.op == "insert_or_update"
+            self.update(mutation.table, mutation.columns, mutation.rows, upsert)
+        elif mutation.op == "replace":
+            self.replace(mutation.table, mutation.columns, mutation.rows)
+        elif mutation.key_range is not None:
+            self.delete_range(mutation.table, mutation.key_range)
+        else:
+            self.delete_keys(mutation.table, [tuple(r) for r in mutation.rows])
+
+    def record_dml(
+        self,
+        table: Table,
+        columns: tuple[str, ...],
+        old_rows: list[tuple[Any, ...]],
+        new_rows: list[tuple[Any, ...]],
+    ) -> None:
+        """Note the changes a DML statement made, from its rows before and its RETURNING rows."""
+        names = [c.name for c in table.columns]
+        key_at = [names.index(k) for k in table.primary_key]
+        before_by_key = {tuple(r[i] for i in key_at): dict(zip(names, r, strict=True)) for r in old_rows}
+        written = set(columns) - set(table.primary_key)
+        seen = set()
+        for row in new_rows:
+            key = tuple(row[i] for i in key_at)
+            seen.add(key)
+            before = before_by_key.get(key)
+            after = dict(zip(names, row, strict=True))
+            self._note(table, key, before, after, written if before else set(columns))
+        for key, before in before_by_key.items():
+            if key not in seen:
+                self._note(table, key, before, None, set())
+
+
+class Transaction:
+    """A read-write transaction. Use it as a context manager: it commits when the block ends
+    and rolls back when the block raises. Mutations are buffered and applied at commit; DML
+    (``execute_update``) runs at once, and later reads in the transaction see it."""
+
+    def __init__(self, store: Store, tag: str | None = None) -> None:
+        if tag is not None and not isinstance(tag, str):
+            raise InvalidArgument(f"tag must be a string, got {tag!r}")
+        self._store = store
+        self.tag = tag or ""
+        self._mutations: list[Mutation] = []
+        self._conn: sqlite3.Connection | None = None
+        self._tracker: ChangeTracker | None = None
+        self._done = False
+        #: The commit timestamp, set by a successful commit.
+        self.commit_timestamp: dt.datetime | None = None
+
+    def __enter__(self) -> Transaction:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if self._done:
+            return
+        if exc_type is None:
+            self.commit()
+        else:
+            self.rollback()
+
+    def _check_open(self) -> None:
+        if self._done:
+            raise FailedPrecondition("the transaction has already committed or rolled back")
+
+    def _buffer(self, op: str, table: str, columns: Sequence[str], values: Sequence[Any]) -> None:
+        self._check_open()
+        schema = self._store.catalog().table(table)
+        names = check_columns(schema, columns, need_key=True)
+        if isinstance(values, str | bytes) or not isinstance(values, Sequence):
+            raise InvalidArgument(f"values must be a list of rows, got {values!r}")
+        rows = [normalized_row(schema, names, row) for row in values]
+        self._mutations.append(Mutation(op, schema, names, rows))
+
+    def insert(self, table: str, columns: Sequence[str], values: Sequence[Sequence[Any]]) -> None:
+        """Insert rows; the commit fails with AlreadyExists if any row exists."""
+        self._buffer("insert", table, columns, values)
+
+    def update(self, table: str, columns: Sequence[str], values: Sequence[Sequence[Any]]) -> None:
+        """Update rows; the commit fails with NotFound if any row is missing."""
+        self._buffer("update", table, columns, values)
+
+    def insert_or_update(
+        self, table: str, columns: Sequence[str], values: Sequence[Sequence[Any]]
+    ) -> None:
+        """Insert rows, or update the given columns of rows that exist."""
+        self._buffer("insert_or_update", table, columns, values)
+
+    def replace(self, table: str, columns: Sequence[str], values: Sequence[Sequence[Any]]) -> None:
+        """Insert rows, or replace existing rows whole (columns not given become NULL)."""
+        self._buffer("replace", table, columns, values)
+
+    def delete(self, table: str, keys: Sequence[Sequence[Any]] | KeyRange) -> None:
+        """Delete rows by key tuples or a KeyRange; missing rows are not an error."""
+        self._check_open()
+        schema = self._store.catalog().table(table)
+        if isinstance(keys, KeyRange):
+            keys.where(schema)
+            self._mutations.append(Mutation("delete", schema, schema.primary_key, [], keys))
+            return
+        if isinstance(keys, str | bytes) or not isinstance(keys, Sequence):
+            raise InvalidArgument(f"keys must be a list of key tuples or a KeyRange, got {keys!r}")
+        rows = [list(normalized_key(schema, key)) for key in keys]
+        self._mutations.append(Mutation("delete", schema, schema.primary_key, rows))
+
+    def execute_update(
+        self, dml: str, params: Mapping[str, Any] | Sequence[Any] | None = None
+    ) -> int:
+        """Run an INSERT, UPDATE or DELETE statement now; returns the number of rows it changed."""
+        from changestream.streams.sql_text import DmlStatement, parse_statement
+
+        self._check_open()
+        statement = parse_statement(dml, params)
+        if not isinstance(statement, DmlStatement):
+            raise InvalidArgument("execute_update takes INSERT, UPDATE or DELETE; use execute_sql")
+        tracker = self._begin()
+        table = self._store.catalog().table(statement.table)
+        keys_set = set(statement.columns) & set(table.primary_key)
+        if statement.kind == "UPDATE" and keys_set:
+            raise InvalidArgument(f"UPDATE cannot change key column(s) {', '.join(keys_set)}")
+        conn = tracker.conn
+        conn.execute("SAVEPOINT cs_dml")
+        try:
+            old_rows: list[tuple[Any, ...]] = []
+            if statement.select_old_sql is not None and table.name in tracker.tracked:
+                old_rows = conn.execute(
+                    statement.select_old_sql, statement.select_old_params
+                ).fetchall()
+            new_rows = conn.execute(statement.sql, statement.params).fetchall()
+        except sqlite3.IntegrityError as exc:
+            conn.execute("ROLLBACK TO cs_dml")
+            if "UNIQUE" in str(exc) or "PRIMARY KEY" in str(exc):
+                raise AlreadyExists(f"{statement.kind} into {table.name!r}: {exc}") from exc
+            raise InvalidArgument(f"{statement.kind} on {table.name!r}: {exc}") from exc
+        except sqlite3.Error as exc:
+            conn.execute("ROLLBACK TO cs_dml")
+            raise InvalidArgument(f"{statement.kind} on {table.name!r} failed: {exc}") from exc
+        finally:
+            conn.execute("RELEASE cs_dml")
+        if table.name in tracker.tracked:
+            tracker.record_dml(table, statement.columns, old_rows, new_rows)
+        return len(new_rows)
+
+    def _begin(self) -> ChangeTracker:
+        if self._tracker is None:
+            self._conn = self._store.begin_write()
+            tracked = {
+                name
+                for name in self._store.catalog().tables
+                if self._store.catalog().streams_tracking(name)
+            }
+            self._tracker = ChangeTracker(self._conn, tracked)
+        return self._tracker
+
+    def commit(self) -> dt.datetime:
+        """Apply the buffered mutations, capture the changes, and commit; returns the timestamp."""
+        self._check_open()
+        tracker = self._begin()
+        conn = tracker.conn
+        try:
+            with self._store.write(conn) as ctx:
+                self._apply(ctx, tracker)
+            self._store.commit_write(conn)
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            self._done = True
+            raise
+        self._done = True
+        self.commit_timestamp = to_datetime(ctx.commit_ts)
+        return self.commit_timestamp
+
+    def _apply(self, ctx: WriteContext, tracker: ChangeTracker) -> None:
+        ts = ctx.allocate_commit_ts()
+        stamp = to_datetime(ts)
+        for mutation in self._mutations:
+            current = ctx.catalog.tables.get(mutation.table.name)
+            if current != mutation.table:
+                raise FailedPrecondition(
+                    f"table {mutation.table.name!r} was changed or dropped during the transaction"
+                )
+            if any(v is COMMIT_TIMESTAMP for row in mutation.rows for v in row):
+                rows = [[stamp if v is COMMIT_TIMESTAMP else v for v in row] for row in mutation.rows]
+                mutation = Mutation(mutation.op, mutation.table, mutation.columns, rows)
+            tracker.apply(mutation)
+        ctx.meta.txn_seq += 1
+        changes = list(tracker.changes.values())
+        for change in changes:
+            single = ctx.splits.single_split_for_table(change.table.name)
+            if single is None:
+                single = ctx.splits.find(encode_key(change.table, change.key, normalized=True))
+            change.split_id = single.split_id
+        context = CommitContext(
+            commit_ts=ts,
+            server_transaction_id=f"{ctx.meta.txn_seq}",
+            transaction_tag=self.tag,
+            is_system_transaction=False,
+            changes=changes,
+            catalog=ctx.catalog,
+        )
+        self._store.capture(ctx, context)
+
+    def rollback(self) -> None:
+        """Discard everything; the transaction cannot be used afterwards."""
+        if self._done:
+            return
+        self._done = True
+        if self._conn is not None and self._conn.in_transaction:
+            self._conn.execute("ROLLBACK")

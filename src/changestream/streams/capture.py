@@ -1,0 +1,171 @@
+"""Change capture: a committing transaction's row changes become data change records."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from changestream.ddl.schema import ChangeStream, Table
+from changestream.store.catalog import Catalog, StreamEntry
+from changestream.store.changes import CommitContext, LogRow, RowChange
+from changestream.streams.records import sequence_text
+from changestream.types import json_encoder
+
+_OLD_FOR_UPDATE = {"OLD_AND_NEW_VALUES", "NEW_ROW_AND_OLD_VALUES"}
+_FULL_NEW_ROW = {"NEW_ROW", "NEW_ROW_AND_OLD_VALUES"}
+_OLD_FOR_DELETE = {"OLD_AND_NEW_VALUES", "NEW_ROW_AND_OLD_VALUES"}
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """How one change stream captures one table: tracked columns and their encoders."""
+
+    stream_id: int
+    capture_type: str
+    key_names: tuple[str, ...]
+    key_encoders: tuple[Callable[[Any], Any], ...]
+    tracked: tuple[str, ...]
+    encoders: dict[str, Callable[[Any], Any]]
+    column_types: dict[str, dict[str, Any]]
+    ordinals: dict[str, int]
+
+
+def _plan(entry: StreamEntry, table: Table) -> _Plan | None:
+    stream: ChangeStream = entry.definition
+    target = stream.target_for(table.name)
+    if target is None:
+        return None
+    non_key = [c.name for c in table.non_key_columns]
+    tracked = tuple(non_key if target.columns is None else [c for c in non_key if c in target.columns])
+    return _Plan(
+        stream_id=entry.stream_id,
+        capture_type=stream.value_capture_type,
+        key_names=table.primary_key,
+        key_encoders=tuple(json_encoder(c.type) for c in table.key_columns),
+        tracked=tracked,
+        encoders={c.name: json_encoder(c.type) for c in table.columns},
+        column_types={
+            c.name: {
+                "name": c.name,
+                "type": c.type.to_json(),
+                "is_primary_key": c.name in table.primary_key,
+                "ordinal_position": c.ordinal,
+            }
+            for c in table.columns
+        },
+        ordinals={c.name: c.ordinal for c in table.columns},
+    )
+
+
+def _values(plan: _Plan, row: dict[str, Any], names: tuple[str, ...] | list[str]) -> dict[str, Any]:
+    encoders = plan.encoders
+    return {name: encoders[name](row[name]) for name in names}
+
+
+def _mod(plan: _Plan, change: RowChange) -> tuple[str, dict[str, Any], dict[str, Any]] | None:
+    """The mod type and the new and old values one stream records for one row change."""
+    before, after, capture = change.before, change.after, plan.capture_type
+    if before is None and after is not None:
+        return "INSERT", _values(plan, after, plan.tracked), {}
+    if before is not None and after is not None:
+        changed = [name for name in plan.tracked if name in change.written]
+        if not changed:
+            return None
+        new = _values(plan, after, plan.tracked if capture in _FULL_NEW_ROW else changed)
+        old = _values(plan, before, changed) if capture in _OLD_FOR_UPDATE else {}
+        return "UPDATE", new, old
+    if before is not None:
+        old = _values(plan, before, plan.tracked) if capture in _OLD_FOR_DELETE else {}
+        return "DELETE", {}, old
+    return None
+
+
+class ChangeCapture:
+    """The capture function the store calls inside every committing transaction."""
+
+    def __init__(self) -> None:
+        self._plans: dict[tuple[int, str], list[_Plan]] = {}
+        self._plans_for: Catalog | None = None
+
+    def _plans_of(self, catalog: Catalog, table: Table) -> list[_Plan]:
+        if self._plans_for is not catalog:
+            self._plans = {}
+            self._plans_for = catalog
+        key = (id(table), table.name)
+        plans = self._plans.get(key)
+        if plans is None:
+            found = (_plan(entry, table) for entry in catalog.streams.values())
+            plans = self._plans[key] = [p for p in found if p is not None]
+        return plans
+
+    def __call__(self, context: CommitContext) -> list[LogRow]:
+        # Per stream: (table, mod_type, split) → [mods, column names], in first-seen order.
+        groups: dict[int, dict[tuple[str, str, int], tuple[list[dict[str, Any]], set[str]]]] = {}
+        plan_of: dict[tuple[int, str], _Plan] = {}
+        for change in context.changes:
+            for plan in self._plans_of(context.catalog, change.table):
+                mod = _mod(plan, change)
+                if mod is None:
+                    continue
+                mod_type, new, old = mod
+                plan_of[(plan.stream_id, change.table.name)] = plan
+                keys = {
+                    name: encode(value)
+                    for name, encode, value in zip(
+                        plan.key_names, plan.key_encoders, change.key, strict=True
+                    )
+                }
+                group_key = (change.table.name, mod_type, change.split_id)
+                stream_groups = groups.setdefault(plan.stream_id, {})
+                group = stream_groups.get(group_key)
+                if group is None:
+                    group = stream_groups[group_key] = ([], set())
+                group[0].append({"keys": keys, "new_values": new, "old_values": old})
+                group[1].update(new)
+                group[1].update(old)
+        rows: list[LogRow] = []
+        for stream_id, stream_groups in groups.items():
+            rows.extend(self._records(context, stream_id, stream_groups, plan_of))
+        return rows
+
+    def _records(
+        self,
+        context: CommitContext,
+        stream_id: int,
+        stream_groups: dict[tuple[str, str, int], tuple[list[dict[str, Any]], set[str]]],
+        plan_of: dict[tuple[int, str], _Plan],
+    ) -> list[LogRow]:
+        last_in_split: dict[int, int] = {}
+        for sequence, (_, _, split_id) in enumerate(stream_groups):
+            last_in_split[split_id] = sequence
+        partitions = len(last_in_split)
+        count = len(stream_groups)
+        rows: list[LogRow] = []
+        for sequence, ((table_name, mod_type, split_id), (mods, names)) in enumerate(
+            stream_groups.items()
+        ):
+            plan = plan_of[(stream_id, table_name)]
+            columns = sorted(set(plan.key_names) | names, key=plan.ordinals.__getitem__)
+            payload = orjson.dumps(
+                {
+                    "record_sequence": sequence_text(sequence),
+                    "server_transaction_id": context.server_transaction_id,
+                    "is_last_record_in_transaction_in_partition": (
+                        last_in_split[split_id] == sequence
+                    ),
+                    "table_name": table_name,
+                    "column_types": [plan.column_types[name] for name in columns],
+                    "mods": mods,
+                    "mod_type": mod_type,
+                    "value_capture_type": plan.capture_type,
+                    "number_of_records_in_transaction": count,
+                    "number_of_partitions_in_transaction": partitions,
+                    "transaction_tag": context.transaction_tag,
+                    "is_system_transaction": context.is_system_transaction,
+                }
+            )
+            rows.append((stream_id, split_id, context.commit_ts, sequence, payload))
+        return rows

@@ -1,0 +1,155 @@
+"""The embedded database: the store plus change capture, the read function and SQL."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from changestream.clock import format_ts, parse_ts
+from changestream.errors import InvalidArgument
+from changestream.store.database import Store
+from changestream.store.keys import describe_key
+from changestream.store.splits import Split, all_splits, splits_live_at
+from changestream.store.transaction import Transaction
+from changestream.streams.capture import ChangeCapture
+from changestream.streams.read import ChangeStreamReader, validate
+from changestream.streams.records import ChangeRecord, googlesql_row, postgresql_row
+from changestream.streams.sql_text import (
+    DmlStatement,
+    ReadFunctionCall,
+    SelectQuery,
+    parse_statement,
+)
+from changestream.streams.tokens import PartitionId, encode_token
+
+Params = Mapping[str, Any] | Sequence[Any] | None
+
+
+@dataclass(frozen=True, slots=True)
+class Partition:
+    """A change stream partition: one split's key range over one time range."""
+
+    token: str
+    start_timestamp: int
+    end_timestamp: int | None
+    start_key: str
+    end_key: str
+    parent_tokens: tuple[str, ...]
+    child_tokens: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "token": self.token,
+            "start_timestamp": format_ts(self.start_timestamp),
+            "end_timestamp": None if self.end_timestamp is None else format_ts(self.end_timestamp),
+            "start_key": self.start_key,
+            "end_key": self.end_key,
+            "parent_tokens": list(self.parent_tokens),
+            "child_tokens": list(self.child_tokens),
+        }
+
+
+class ResultSet:
+    """Rows of a query, produced lazily; ``fields`` names the columns."""
+
+    def __init__(self, fields: list[str], rows: Iterator[list[Any]]) -> None:
+        self.fields = fields
+        self._rows = rows
+
+    def __iter__(self) -> Iterator[list[Any]]:
+        return self._rows
+
+
+class EmbeddedDatabase(Store):
+    """A change-stream database in one SQLite file (see :func:`changestream.open`)."""
+
+    def __init__(self, path: str, durability: str = "normal", busy_timeout: float = 5.0) -> None:
+        super().__init__(path, durability, busy_timeout, capture=ChangeCapture())
+
+    def __enter__(self) -> EmbeddedDatabase:
+        return self
+
+    def transaction(self, tag: str | None = None) -> Transaction:
+        """A read-write transaction: ``with db.transaction(tag="app=x") as tx: tx.insert(...)``."""
+        return Transaction(self, tag)
+
+    def read_change_stream(
+        self,
+        stream: str,
+        start_timestamp: Any,
+        end_timestamp: Any = None,
+        partition_token: str | None = None,
+        heartbeat_milliseconds: int = 10_000,
+        read_options: Any = None,
+    ) -> Iterator[ChangeRecord]:
+        """The read function: child partitions for the initial query (no token), or one
+        partition's records in commit order with heartbeats, ending with child partitions."""
+        request = validate(
+            self,
+            stream,
+            start_timestamp,
+            end_timestamp,
+            partition_token,
+            heartbeat_milliseconds,
+            read_options,
+        )
+        return iter(ChangeStreamReader(self, request))
+
+    def execute_sql(self, sql: str, params: Params = None) -> ResultSet:
+        """Run a SELECT over user tables, or a change stream read function in either dialect."""
+        statement = parse_statement(sql, params)
+        if isinstance(statement, ReadFunctionCall):
+            records = self.read_change_stream(
+                statement.stream,
+                statement.start_timestamp,
+                statement.end_timestamp,
+                statement.partition_token,
+                statement.heartbeat_milliseconds,
+                statement.read_options,
+            )
+            if statement.dialect == "postgresql":
+                return ResultSet(["read_json_" + statement.stream], map(postgresql_row, records))
+            return ResultSet(["ChangeRecord"], map(googlesql_row, records))
+        if isinstance(statement, DmlStatement):
+            raise InvalidArgument(
+                "execute_sql does not change data; run DML with tx.execute_update() inside "
+                "db.transaction()"
+            )
+        assert isinstance(statement, SelectQuery)
+        cursor = self.connection().execute(statement.sql, statement.params)
+        fields = [d[0] for d in cursor.description or ()]
+        return ResultSet(fields, iter([list(row) for row in cursor.fetchall()]))
+
+    def _partition(self, secret: str, stream_id: int, created: int, split: Split) -> Partition:
+        def token(split_id: int) -> str:
+            return encode_token(secret, PartitionId(stream_id, split_id))
+
+        return Partition(
+            token=token(split.split_id),
+            start_timestamp=max(split.start_ts, created),
+            end_timestamp=split.end_ts,
+            start_key=describe_key(split.start_key),
+            end_key=describe_key(split.end_key),
+            parent_tokens=tuple(token(p) for p in split.parents),
+            child_tokens=tuple(token(c) for c in split.children),
+        )
+
+    def partitions(self, stream: str, at: Any = None) -> list[Partition]:
+        """The partitions of ``stream`` live now (or at timestamp ``at``), in key order."""
+        entry = self.catalog().stream(stream)
+        conn = self.connection()
+        moment = self.last_commit_ts() if at is None else parse_ts(at, "at")
+        splits = splits_live_at(conn, max(moment, entry.created_ts))
+        secret = self.secret
+        return [self._partition(secret, entry.stream_id, entry.created_ts, s) for s in splits]
+
+    def partition_history(self, stream: str) -> list[Partition]:
+        """Every partition of ``stream`` since it was created, oldest first (the lineage)."""
+        entry = self.catalog().stream(stream)
+        secret = self.secret
+        return [
+            self._partition(secret, entry.stream_id, entry.created_ts, s)
+            for s in all_splits(self.connection())
+            if s.end_ts is None or s.end_ts > entry.created_ts
+        ]

@@ -1,0 +1,264 @@
+"""The read function: ``READ_<stream>(start_timestamp, end_timestamp, partition_token,
+heartbeat_milliseconds)`` over the change log, following the seed's query workflow."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from changestream.clock import format_ts, now_us, parse_ts
+from changestream.errors import InvalidArgument, InvalidToken, NotFound, OutOfRange
+from changestream.store.catalog import StreamEntry
+from changestream.store.database import Store
+from changestream.store.splits import Split, load_split, load_splits, splits_live_at
+from changestream.streams.records import (
+    ChangeRecord,
+    ChildPartition,
+    ChildPartitionsRecord,
+    DataChangeRecord,
+    HeartbeatRecord,
+    sequence_text,
+)
+from changestream.streams.tokens import PartitionId, decode_token, encode_token
+
+MIN_HEARTBEAT_MS = 1000
+MAX_HEARTBEAT_MS = 300_000
+_BATCH = 500
+_MAX_POLL_S = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class ReadRequest:
+    """Validated read-function arguments (timestamps in microseconds)."""
+
+    stream: StreamEntry
+    start: int
+    end: int | None
+    token: str | None
+    heartbeat_us: int
+
+
+def validate(
+    store: Store,
+    stream: str,
+    start_timestamp: Any,
+    end_timestamp: Any,
+    partition_token: Any,
+    heartbeat_milliseconds: Any,
+    read_options: Any,
+) -> ReadRequest:
+    """Check every argument the way the seed says, with errors that say what is allowed."""
+    if read_options is not None:
+        raise InvalidArgument(f"read_options must be NULL (reserved), got {read_options!r}")
+    if isinstance(heartbeat_milliseconds, bool) or not isinstance(heartbeat_milliseconds, int):
+        raise InvalidArgument(
+            f"heartbeat_milliseconds must be an integer, got {heartbeat_milliseconds!r}"
+        )
+    if not MIN_HEARTBEAT_MS <= heartbeat_milliseconds <= MAX_HEARTBEAT_MS:
+        raise InvalidArgument(
+            f"heartbeat_milliseconds must be between {MIN_HEARTBEAT_MS} and {MAX_HEARTBEAT_MS}, "
+            f"got {heartbeat_milliseconds}"
+        )
+    if start_timestamp is None:
+        raise InvalidArgument("start_timestamp is required")
+    entry = store.catalog().stream(stream)
+    start = parse_ts(start_timestamp, "start_timestamp")
+    end = None if end_timestamp is None else parse_ts(end_timestamp, "end_timestamp")
+    now = now_us()
+    if start > now:
+        raise InvalidArgument(
+            f"start_timestamp {format_ts(start)} is in the future (now is {format_ts(now)})"
+        )
+    if end is not None and end < start:
+        raise InvalidArgument(
+            f"end_timestamp {format_ts(end)} is before start_timestamp {format_ts(start)}"
+        )
+    if start < entry.created_ts:
+        raise OutOfRange(
+            f"start_timestamp {format_ts(start)} is before change stream {stream!r} was created "
+            f"({format_ts(entry.created_ts)})"
+        )
+    horizon = now - entry.definition.retention_seconds * 1_000_000
+    if start < horizon:
+        raise OutOfRange(
+            f"start_timestamp {format_ts(start)} is outside the retention period of change "
+            f"stream {stream!r}: the oldest readable timestamp is {format_ts(horizon)}"
+        )
+    if partition_token is not None and not isinstance(partition_token, str):
+        raise InvalidToken(f"partition_token must be a string or NULL, got {partition_token!r}")
+    return ReadRequest(entry, start, end, partition_token, heartbeat_milliseconds * 1000)
+
+
+class ChangeStreamReader:
+    """Yields one query's records: the initial child partitions, or one partition's records."""
+
+    def __init__(self, store: Store, request: ReadRequest) -> None:
+        self._store = store
+        self._request = request
+        self._secret = store.secret
+        self._split: Split | None = None
+        if request.token is not None:
+            self._split = self._resolve(request.token)
+
+    def _token(self, split_id: int) -> str:
+        return encode_token(self._secret, PartitionId(self._request.stream.stream_id, split_id))
+
+    def _resolve(self, token: str) -> Split:
+        request = self._request
+        partition = decode_token(self._secret, token)
+        if partition.stream_id != request.stream.stream_id:
+            raise InvalidToken(
+                f"partition_token {token!r} belongs to another change stream than "
+                f"{request.stream.definition.name!r}"
+            )
+        split = load_split(self._store.connection(), partition.split_id)
+        if split is None:
+            raise InvalidToken(f"partition_token {token!r} names no partition of this database")
+        earliest = max(split.start_ts, request.stream.created_ts)
+        if request.start < earliest:
+            raise OutOfRange(
+                f"start_timestamp {format_ts(request.start)} is before partition {token!r} "
+                f"starts ({format_ts(earliest)})"
+            )
+        return split
+
+    def __iter__(self) -> Iterator[ChangeRecord]:
+        if self._split is None:
+            return self._initial()
+        return self._partition(self._split)
+
+    def _watermark(self, conn: sqlite3.Connection) -> int:
+        meta = self._store.read_meta(conn)
+        return max(meta.last_commit_ts, meta.safe_ts)
+
+    def _wait_until_safe(self, ts: int) -> None:
+        """Block until no commit at or below ``ts`` can still appear."""
+        delay = 0.001
+        while self._watermark(self._store.connection()) < ts:
+            wait = ts - now_us()
+            if wait > 0:
+                time.sleep(min(wait / 1e6, _MAX_POLL_S))
+            elif self._store.advance_safe_ts() is None:
+                time.sleep(delay)
+                delay = min(delay * 2, _MAX_POLL_S)
+
+    def _initial(self) -> Iterator[ChangeRecord]:
+        start = self._request.start
+        self._wait_until_safe(start)
+        splits = splits_live_at(self._store.connection(), start)
+        children = tuple(ChildPartition(self._token(s.split_id), ()) for s in splits)
+        yield ChildPartitionsRecord(start, sequence_text(0), children)
+
+    def _children_record(self, split: Split) -> ChildPartitionsRecord:
+        assert split.end_ts is not None
+        conn = self._store.connection()
+        children = tuple(
+            ChildPartition(self._token(child.split_id), tuple(self._token(p) for p in child.parents))
+            for child in load_splits(conn, split.children)
+        )
+        return ChildPartitionsRecord(
+            split.end_ts, sequence_text(0), children, self._token(split.split_id)
+        )
+
+    def _snapshot(
+        self, split_id: int, after: tuple[int, int]
+    ) -> tuple[int, int | None, list[tuple[int, int, bytes]]]:
+        """In one consistent read: the watermark, the split's end, and the next log rows."""
+        conn = self._store.connection()
+        conn.execute("BEGIN")
+        try:
+            watermark = self._watermark(conn)
+            if conn.execute(
+                "SELECT 1 FROM _cs_streams WHERE stream_id = ?", (self._request.stream.stream_id,)
+            ).fetchone() is None:
+                raise NotFound(
+                    f"change stream {self._request.stream.definition.name!r} was dropped"
+                )
+            (end_ts,) = conn.execute(
+                "SELECT end_ts FROM _cs_splits WHERE split_id = ?", (split_id,)
+            ).fetchone()
+            upper = watermark
+            if self._request.end is not None:
+                upper = min(upper, self._request.end)
+            if end_ts is not None:
+                upper = min(upper, end_ts - 1)
+            rows = conn.execute(
+                "SELECT commit_ts, record_sequence, payload FROM _cs_log"
+                " WHERE stream_id = ? AND split_id = ? AND (commit_ts, record_sequence) > (?, ?)"
+                " AND commit_ts <= ? ORDER BY commit_ts, record_sequence LIMIT ?",
+                (self._request.stream.stream_id, split_id, after[0], after[1], upper, _BATCH),
+            ).fetchall()
+        finally:
+            conn.execute("COMMIT")
+        # A full batch may not reach ``upper`` yet: report -1 so the caller reads on first.
+        return (upper if len(rows) < _BATCH else -1), end_ts, rows
+
+    def _partition(self, split: Split) -> Iterator[ChangeRecord]:
+        request = self._request
+        token = self._token(split.split_id)
+        cursor = (request.start, -1)
+        delivered = request.start - 1
+        last_emit = time.monotonic()
+        heartbeat_s = request.heartbeat_us / 1e6
+        waiter = _CommitWaiter(self._store)
+        while True:
+            through, end_ts, rows = self._snapshot(split.split_id, cursor)
+            for commit_ts, _, payload in rows:
+                yield DataChangeRecord.from_payload(commit_ts, payload, token)
+            if rows:
+                last_emit = time.monotonic()
+                cursor = (rows[-1][0], rows[-1][1])
+            if through < 0:
+                continue
+            delivered = max(delivered, through)
+            if end_ts is not None and delivered >= end_ts - 1 and (
+                request.end is None or request.end >= end_ts
+            ):
+                split = load_split(self._store.connection(), split.split_id) or split
+                yield self._children_record(split)
+                return
+            if request.end is not None and delivered >= request.end:
+                return
+            if request.end is not None and request.end <= now_us():
+                self._wait_until_safe(request.end)
+                continue
+            idle = time.monotonic() - last_emit
+            if idle >= heartbeat_s:
+                if self._store.advance_safe_ts() is not None:
+                    through, _, rows = self._snapshot(split.split_id, cursor)
+                    if rows:
+                        continue
+                    delivered = max(delivered, through)
+                yield HeartbeatRecord(delivered, token)
+                last_emit = time.monotonic()
+                continue
+            waiter.wait(heartbeat_s - idle)
+
+
+class _CommitWaiter:
+    """Sleeps until another connection commits, polling SQLite's data_version with backoff."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._version = self._read()
+
+    def _read(self) -> int:
+        row = self._store.connection().execute("PRAGMA data_version").fetchone()
+        return int(row[0])
+
+    def wait(self, timeout: float) -> None:
+        deadline = time.monotonic() + max(timeout, 0.0)
+        delay = 0.001
+        while True:
+            version = self._read()
+            if version != self._version:
+                self._version = version
+                return
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            time.sleep(min(delay, remaining))
+            delay = min(delay * 2, _MAX_POLL_S)

@@ -1,0 +1,186 @@
+"""The three change stream record types, with the seed's JSON shape."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from changestream.clock import format_ts
+
+
+@dataclass(frozen=True, slots=True)
+class ColumnTypeInfo:
+    """One entry of ``column_types``: name, Spanner type JSON, key flag, 1-based position."""
+
+    name: str
+    type: dict[str, Any]
+    is_primary_key: bool
+    ordinal_position: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "type": self.type,
+            "is_primary_key": self.is_primary_key,
+            "ordinal_position": self.ordinal_position,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Mod:
+    """One modified row: its keys and the new and old values of non-key columns."""
+
+    keys: dict[str, Any]
+    new_values: dict[str, Any]
+    old_values: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"keys": self.keys, "new_values": self.new_values, "old_values": self.old_values}
+
+
+class _JsonRecord:
+    """``to_json()`` for records: the seed's JSON object as compact text."""
+
+    def to_dict(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def to_json(self) -> str:
+        """The record as the seed's JSON object, as text."""
+        return orjson.dumps(self.to_dict()).decode()
+
+
+@dataclass(frozen=True, slots=True)
+class DataChangeRecord(_JsonRecord):
+    """The mods of one transaction, one table and one mod type in one partition."""
+
+    commit_timestamp: int
+    record_sequence: str
+    server_transaction_id: str
+    is_last_record_in_transaction_in_partition: bool
+    table_name: str
+    column_types: tuple[ColumnTypeInfo, ...]
+    mods: tuple[Mod, ...]
+    mod_type: str
+    value_capture_type: str
+    number_of_records_in_transaction: int
+    number_of_partitions_in_transaction: int
+    transaction_tag: str
+    is_system_transaction: bool
+    #: The partition this record was read from (not part of the seed's JSON).
+    partition_token: str = ""
+
+    record_type = "data_change_record"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "commit_timestamp": format_ts(self.commit_timestamp),
+            "record_sequence": self.record_sequence,
+            "server_transaction_id": self.server_transaction_id,
+            "is_last_record_in_transaction_in_partition": (
+                self.is_last_record_in_transaction_in_partition
+            ),
+            "table_name": self.table_name,
+            "column_types": [c.to_dict() for c in self.column_types],
+            "mods": [m.to_dict() for m in self.mods],
+            "mod_type": self.mod_type,
+            "value_capture_type": self.value_capture_type,
+            "number_of_records_in_transaction": self.number_of_records_in_transaction,
+            "number_of_partitions_in_transaction": self.number_of_partitions_in_transaction,
+            "transaction_tag": self.transaction_tag,
+            "is_system_transaction": self.is_system_transaction,
+        }
+
+    @staticmethod
+    def from_payload(
+        commit_timestamp: int, payload: bytes, partition_token: str = ""
+    ) -> DataChangeRecord:
+        """Rebuild a record from its change-log payload (see :func:`payload`)."""
+        data = orjson.loads(payload)
+        return DataChangeRecord(
+            commit_timestamp=commit_timestamp,
+            record_sequence=data["record_sequence"],
+            server_transaction_id=data["server_transaction_id"],
+            is_last_record_in_transaction_in_partition=data[
+                "is_last_record_in_transaction_in_partition"
+            ],
+            table_name=data["table_name"],
+            column_types=tuple(ColumnTypeInfo(**c) for c in data["column_types"]),
+            mods=tuple(Mod(**m) for m in data["mods"]),
+            mod_type=data["mod_type"],
+            value_capture_type=data["value_capture_type"],
+            number_of_records_in_transaction=data["number_of_records_in_transaction"],
+            number_of_partitions_in_transaction=data["number_of_partitions_in_transaction"],
+            transaction_tag=data["transaction_tag"],
+            is_system_transaction=data["is_system_transaction"],
+            partition_token=partition_token,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatRecord(_JsonRecord):
+    """Every record of the partition with a commit timestamp at or below ``timestamp`` was
+    returned, and no later record will have one."""
+
+    timestamp: int
+    partition_token: str = ""
+
+    record_type = "heartbeat_record"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"timestamp": format_ts(self.timestamp)}
+
+
+@dataclass(frozen=True, slots=True)
+class ChildPartition:
+    """A partition to read next, and the partitions that must be finished before it."""
+
+    token: str
+    parent_partition_tokens: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"token": self.token, "parent_partition_tokens": list(self.parent_partition_tokens)}
+
+
+@dataclass(frozen=True, slots=True)
+class ChildPartitionsRecord(_JsonRecord):
+    """The partitions that carry on from ``start_timestamp``; the query ends after these."""
+
+    start_timestamp: int
+    record_sequence: str
+    child_partitions: tuple[ChildPartition, ...]
+    partition_token: str = ""
+
+    record_type = "child_partitions_record"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "start_timestamp": format_ts(self.start_timestamp),
+            "record_sequence": self.record_sequence,
+            "child_partitions": [c.to_dict() for c in self.child_partitions],
+        }
+
+
+ChangeRecord = DataChangeRecord | HeartbeatRecord | ChildPartitionsRecord
+
+
+def sequence_text(number: int) -> str:
+    """A record sequence number as the seed writes it: eight digits, zero-padded."""
+    return f"{number:08d}"
+
+
+def googlesql_row(record: ChangeRecord) -> list[Any]:
+    """A GoogleSQL result row: one ChangeRecord column holding one struct of three arrays."""
+    struct: dict[str, list[Any]] = {
+        "data_change_record": [],
+        "heartbeat_record": [],
+        "child_partitions_record": [],
+    }
+    struct[record.record_type].append(record.to_dict())
+    return [[struct]]
+
+
+def postgresql_row(record: ChangeRecord) -> list[Any]:
+    """A PostgreSQL result row: one JSON object with exactly one key."""
+    return [{record.record_type: record.to_dict()}]

@@ -1,0 +1,294 @@
+"""Column types and the three encodings of a value: Python, SQLite storage, and change-record JSON."""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import decimal
+import math
+from dataclasses import dataclass
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+from changestream.clock import format_ts, parse_ts, to_datetime
+from changestream.errors import InvalidArgument
+
+SCALAR_CODES = frozenset(
+    {"BOOL", "INT64", "FLOAT64", "NUMERIC", "STRING", "BYTES", "DATE", "TIMESTAMP", "JSON"}
+)
+_SIZED_CODES = frozenset({"STRING", "BYTES"})
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+class _CommitTimestamp:
+    """Sentinel replaced by the transaction's commit timestamp (see ``COMMIT_TIMESTAMP``)."""
+
+    _instance: _CommitTimestamp | None = None
+
+    def __new__(cls) -> _CommitTimestamp:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "changestream.COMMIT_TIMESTAMP"
+
+
+#: Write this value to a ``TIMESTAMP OPTIONS (allow_commit_timestamp = true)`` column to store
+#: the transaction's commit timestamp.
+COMMIT_TIMESTAMP = _CommitTimestamp()
+
+
+@dataclass(frozen=True, slots=True)
+class ColumnType:
+    """A column type: a scalar code with an optional length, or ARRAY of an element type."""
+
+    code: str
+    length: int | None = None
+    element: ColumnType | None = None
+
+    def __str__(self) -> str:
+        if self.code == "ARRAY":
+            return f"ARRAY<{self.element}>"
+        if self.code in _SIZED_CODES:
+            return f"{self.code}({'MAX' if self.length is None else self.length})"
+        return self.code
+
+    def to_json(self) -> dict[str, Any]:
+        """The type in the Spanner API's ``Type`` shape, as used in ``column_types``."""
+        if self.code == "ARRAY":
+            assert self.element is not None
+            return {"code": "ARRAY", "array_element_type": self.element.to_json()}
+        return {"code": self.code}
+
+    @staticmethod
+    def from_json(data: dict[str, Any]) -> ColumnType:
+        if data["code"] == "ARRAY":
+            return ColumnType("ARRAY", element=ColumnType.from_json(data["array_element_type"]))
+        return ColumnType(data["code"], data.get("length"))
+
+    def to_catalog(self) -> dict[str, Any]:
+        """Everything needed to rebuild the type, lengths included (for the schema catalog)."""
+        if self.code == "ARRAY":
+            assert self.element is not None
+            return {"code": "ARRAY", "array_element_type": self.element.to_catalog()}
+        return {"code": self.code, "length": self.length}
+
+    @property
+    def sqlite_affinity(self) -> str:
+        return {
+            "BOOL": "INTEGER",
+            "INT64": "INTEGER",
+            "FLOAT64": "REAL",
+            "BYTES": "BLOB",
+        }.get(self.code, "TEXT")
+
+
+def _bad(column: str, ctype: ColumnType, value: object, why: str = "") -> InvalidArgument:
+    extra = f": {why}" if why else ""
+    return InvalidArgument(
+        f"column {column!r} of type {ctype} cannot hold {type(value).__name__} {value!r}{extra}"
+    )
+
+
+def normalize(ctype: ColumnType, value: Any, column: str = "?") -> Any:
+    """Validate a Python value for a column and return its canonical Python form."""
+    if value is None:
+        return None
+    code = ctype.code
+    if code == "BOOL":
+        if isinstance(value, bool):
+            return value
+        raise _bad(column, ctype, value)
+    if code == "INT64":
+        if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, str) and value.lstrip("-").isdigit():
+                value = int(value)
+            else:
+                raise _bad(column, ctype, value)
+        if not _INT64_MIN <= value <= _INT64_MAX:
+            raise _bad(column, ctype, value, "out of the INT64 range")
+        return value
+    if code == "FLOAT64":
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise _bad(column, ctype, value)
+        return float(value)
+    if code == "NUMERIC":
+        if isinstance(value, bool) or not isinstance(value, int | str | decimal.Decimal | float):
+            raise _bad(column, ctype, value)
+        try:
+            number = decimal.Decimal(str(value))
+        except decimal.InvalidOperation as exc:
+            raise _bad(column, ctype, value) from exc
+        if not number.is_finite():
+            raise _bad(column, ctype, value, "NUMERIC must be finite")
+        return number
+    if code == "STRING":
+        if not isinstance(value, str):
+            raise _bad(column, ctype, value)
+        if ctype.length is not None and len(value) > ctype.length:
+            raise _bad(column, ctype, value, f"longer than {ctype.length} characters")
+        return value
+    if code == "BYTES":
+        if isinstance(value, bytearray | memoryview):
+            value = bytes(value)
+        if not isinstance(value, bytes):
+            raise _bad(column, ctype, value)
+        if ctype.length is not None and len(value) > ctype.length:
+            raise _bad(column, ctype, value, f"longer than {ctype.length} bytes")
+        return value
+    if code == "DATE":
+        if isinstance(value, dt.datetime) or not isinstance(value, dt.date | str):
+            raise _bad(column, ctype, value)
+        if isinstance(value, str):
+            try:
+                return dt.date.fromisoformat(value)
+            except ValueError as exc:
+                raise _bad(column, ctype, value, "expected YYYY-MM-DD") from exc
+        return value
+    if code == "TIMESTAMP":
+        if value is COMMIT_TIMESTAMP:
+            return value
+        if not isinstance(value, dt.datetime | str):
+            raise _bad(column, ctype, value)
+        return to_datetime(parse_ts(value, f"column {column!r}"))
+    if code == "JSON":
+        try:
+            orjson.dumps(value)
+        except TypeError as exc:
+            raise _bad(column, ctype, value, "not JSON-serializable") from exc
+        return value
+    if code == "ARRAY":
+        if not isinstance(value, list | tuple):
+            raise _bad(column, ctype, value, "expected a list")
+        assert ctype.element is not None
+        return [normalize(ctype.element, item, column) for item in value]
+    raise _bad(column, ctype, value, "unknown type")
+
+
+def _json_value(ctype: ColumnType, value: Any) -> Any:
+    """A normalized Python value in the change-record JSON form."""
+    if value is None:
+        return None
+    code = ctype.code
+    if code in ("BOOL", "INT64", "STRING", "JSON"):
+        return value
+    if code == "FLOAT64":
+        if math.isnan(value) or math.isinf(value):
+            return str(value).replace("inf", "Infinity").replace("nan", "NaN")
+        return value
+    if code == "NUMERIC":
+        return format(value, "f")
+    if code == "BYTES":
+        return base64.b64encode(value).decode("ascii")
+    if code == "DATE":
+        return value.isoformat()
+    if code == "TIMESTAMP":
+        return format_ts(parse_ts(value))
+    assert ctype.element is not None
+    return [_json_value(ctype.element, item) for item in value]
+
+
+def to_json_value(ctype: ColumnType, value: Any) -> Any:
+    """Public form of :func:`_json_value` for a normalized value."""
+    return _json_value(ctype, value)
+
+
+def to_sqlite(ctype: ColumnType, value: Any) -> Any:
+    """A normalized Python value in its SQLite storage form (order-preserving where it matters)."""
+    if value is None:
+        return None
+    code = ctype.code
+    if code == "BOOL":
+        return 1 if value else 0
+    if code in ("INT64", "FLOAT64", "STRING", "BYTES"):
+        return value
+    if code in ("NUMERIC", "DATE", "TIMESTAMP"):
+        return _json_value(ctype, value)
+    if code == "JSON":
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+    return orjson.dumps(_json_value(ctype, value)).decode()
+
+
+def json_to_sqlite(ctype: ColumnType, value: Any) -> Any:
+    """A change-record JSON value in its SQLite storage form."""
+    if value is None:
+        return None
+    code = ctype.code
+    if code == "BOOL":
+        return 1 if value else 0
+    if code == "BYTES":
+        return base64.b64decode(value)
+    if code == "JSON":
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+    if code == "ARRAY":
+        return orjson.dumps(value).decode()
+    if code == "FLOAT64" and isinstance(value, str):
+        return float(value.replace("Infinity", "inf"))
+    return value
+
+
+def sqlite_to_json(ctype: ColumnType, stored: Any) -> Any:
+    """A SQLite-stored value in the change-record JSON form."""
+    if stored is None:
+        return None
+    code = ctype.code
+    if code == "BOOL":
+        return bool(stored)
+    if code in ("JSON", "ARRAY"):
+        return orjson.loads(stored)
+    if code == "BYTES":
+        return base64.b64encode(stored).decode("ascii")
+    if code == "FLOAT64":
+        return _json_value(ctype, float(stored))
+    return stored
+
+
+def from_sqlite(ctype: ColumnType, stored: Any) -> Any:
+    """A SQLite-stored value as the Python value the user wrote."""
+    if stored is None:
+        return None
+    code = ctype.code
+    if code == "BOOL":
+        return bool(stored)
+    if code in ("INT64", "STRING", "BYTES"):
+        return stored
+    if code == "FLOAT64":
+        return float(stored)
+    if code == "NUMERIC":
+        return decimal.Decimal(stored)
+    if code == "DATE":
+        return dt.date.fromisoformat(stored)
+    if code == "TIMESTAMP":
+        return to_datetime(parse_ts(stored))
+    if code == "JSON":
+        return orjson.loads(stored)
+    assert ctype.element is not None
+    element = ctype.element
+    return [_from_json(element, item) for item in orjson.loads(stored)]
+
+
+def _from_json(ctype: ColumnType, value: Any) -> Any:
+    if value is None:
+        return None
+    if ctype.code == "BYTES":
+        return base64.b64decode(value)
+    if ctype.code == "ARRAY":
+        assert ctype.element is not None
+        return [_from_json(ctype.element, item) for item in value]
+    if ctype.code in ("JSON", "BOOL", "INT64", "STRING"):
+        return value
+    return from_sqlite(ctype, value)
+
+
+def _identity(value: Any) -> Any:
+    return value
+
+
+def json_encoder(ctype: ColumnType) -> Callable[[Any], Any]:
+    """A fast function turning normalized values of this type into change-record JSON values."""
+    if ctype.code in ("BOOL", "INT64", "STRING", "JSON"):
+        return _identity
+    return lambda value: _json_value(ctype, value)
