@@ -34,7 +34,7 @@ Database = EmbeddedDatabase
 __version__ = "0.1.0"
 
 
-def open(path: str, durability: str = "normal", busy_timeout: float = 5.0) -> EmbeddedDatabase:  # noqa: A001
+def open(path: str, durability: str = "normal", busy_timeout: float = 5.0) -> EmbeddedDatabase:
     """Open (creating if needed) the database in the SQLite file ``path``, or ``":memory:"``.
 
     ``durability="normal"`` survives a process crash; ``"full"`` also survives a power cut.

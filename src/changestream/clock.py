@@ -38,7 +38,7 @@ def to_datetime(us: int) -> dt.datetime:
 
 
 def parse_ts(value: object, name: str = "timestamp") -> int:
-    """Accept an RFC 3339 string, an aware datetime, or integer microseconds; return microseconds."""
+    """Microseconds from an RFC 3339 string, an aware datetime, or integer microseconds."""
     if isinstance(value, bool):
         raise InvalidArgument(f"{name} must be a timestamp, got {value!r}")
     if isinstance(value, int):
@@ -68,4 +68,6 @@ def parse_ts(value: object, name: str = "timestamp") -> int:
             moment -= sign * offset
         micros = int((frac or "").ljust(6, "0")[:6])
         return parse_ts(moment, name) + micros
-    raise InvalidArgument(f"{name} must be a timestamp string or datetime, got {type(value).__name__}")
+    raise InvalidArgument(
+        f"{name} must be a timestamp string or datetime, got {type(value).__name__}"
+    )

@@ -1,4 +1,4 @@
-"""Column types and the three encodings of a value: Python, SQLite storage, and change-record JSON."""
+"""Column types and the three encodings of a value: Python, SQLite storage, change-record JSON."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import base64
 import datetime as dt
 import decimal
 import math
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -283,12 +283,12 @@ def _from_json(ctype: ColumnType, value: Any) -> Any:
     return from_sqlite(ctype, value)
 
 
-def _identity(value: Any) -> Any:
+def identity(value: Any) -> Any:
     return value
 
 
 def json_encoder(ctype: ColumnType) -> Callable[[Any], Any]:
     """A fast function turning normalized values of this type into change-record JSON values."""
     if ctype.code in ("BOOL", "INT64", "STRING", "JSON"):
-        return _identity
+        return identity
     return lambda value: _json_value(ctype, value)

@@ -72,7 +72,7 @@ class Catalog:
         return [e for e in self.streams.values() if e.definition.target_for(table) is not None]
 
     def apply(self, conn: sqlite3.Connection, statement: Statement, commit_ts: int) -> None:
-        """Validate one DDL statement against the catalog and apply it inside the open transaction."""
+        """Validate one DDL statement against the catalog and apply it in the open transaction."""
         if isinstance(statement, CreateTable):
             self._create_table(conn, statement.table)
         elif isinstance(statement, DropTable):

@@ -20,9 +20,10 @@ from changestream.errors import InvalidArgument
 from changestream.store import splits as split_ops
 from changestream.store.catalog import Catalog
 from changestream.store.changes import CaptureFn, CommitContext
+from changestream.store.codec import RowCodec
 from changestream.store.connections import ConnectionPool, translate_busy
 from changestream.store.keys import KeyRange, encode_key, quote
-from changestream.store.rows import key_condition, storage_key
+from changestream.store.rows import check_columns, key_condition, storage_key
 from changestream.store.splits import Split, SplitMap
 from changestream.store.sqlite_layout import SYSTEM_TABLES
 
@@ -83,6 +84,7 @@ class Store:
         self._split_map = SplitMap([])
         self._versions = (-1, -1)
         self._last_gc_us = 0
+        self._codecs: dict[tuple[str, tuple[str, ...]], RowCodec] = {}
         self._initialize()
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -115,16 +117,8 @@ class Store:
                     conn.execute(statement)
             if conn.execute("SELECT count(*) FROM _cs_meta").fetchone()[0] == 0:
                 ts = next_commit_ts(0)
-                conn.executemany(
-                    "INSERT INTO _cs_meta (k, v) VALUES (?, ?)",
-                    [
-                        ("last_commit_ts", ts),
-                        ("safe_ts", 0),
-                        ("txn_seq", 0),
-                        ("catalog_version", 0),
-                        ("split_version", 0),
-                        ("secret", secrets.token_hex(16)),
-                    ],
+                conn.execute(
+                    "INSERT INTO _cs_meta VALUES (1, ?, 0, 0, 0, 0, ?)", (ts, secrets.token_hex(16))
                 )
                 split_ops.create_initial_split(conn, ts)
 
@@ -132,8 +126,11 @@ class Store:
 
     @staticmethod
     def read_meta(conn: sqlite3.Connection) -> Meta:
-        values = dict(conn.execute("SELECT k, v FROM _cs_meta").fetchall())
-        return Meta(**values)
+        row = conn.execute(
+            "SELECT last_commit_ts, safe_ts, txn_seq, catalog_version, split_version, secret"
+            " FROM _cs_meta"
+        ).fetchone()
+        return Meta(*row)
 
     def _refresh(self, conn: sqlite3.Connection, meta: Meta) -> None:
         versions = (meta.catalog_version, meta.split_version)
@@ -157,6 +154,16 @@ class Store:
         conn = self.connection()
         self._refresh(conn, self.read_meta(conn))
         return list(self._split_map.splits)
+
+    def codec(self, table: str, columns: Sequence[str]) -> RowCodec:
+        """The row codec for writing ``columns`` of ``table`` (validated, cached per schema)."""
+        schema = self.catalog().table(table)
+        key = (table, tuple(columns) if not isinstance(columns, str) else (columns,))
+        codec = self._codecs.get(key)
+        if codec is None or codec.table is not schema:
+            names = check_columns(schema, columns, need_key=True)
+            codec = self._codecs[key] = RowCodec(schema, names)
+        return codec
 
     @property
     def secret(self) -> str:
@@ -204,14 +211,10 @@ class Store:
             meta.catalog_version += 1
         if ctx.splits_changed:
             meta.split_version += 1
-        ctx.conn.executemany(
-            "UPDATE _cs_meta SET v = ? WHERE k = ?",
-            [
-                (meta.last_commit_ts, "last_commit_ts"),
-                (meta.txn_seq, "txn_seq"),
-                (meta.catalog_version, "catalog_version"),
-                (meta.split_version, "split_version"),
-            ],
+        ctx.conn.execute(
+            "UPDATE _cs_meta SET last_commit_ts = ?, txn_seq = ?, catalog_version = ?,"
+            " split_version = ?",
+            (meta.last_commit_ts, meta.txn_seq, meta.catalog_version, meta.split_version),
         )
         if ctx.catalog_changed or ctx.splits_changed:
             self._versions = (-1, -1)
@@ -267,7 +270,7 @@ class Store:
         try:
             meta = self.read_meta(conn)
             safe = max(now_us(), meta.last_commit_ts, meta.safe_ts)
-            conn.execute("UPDATE _cs_meta SET v = ? WHERE k = 'safe_ts'", (safe,))
+            conn.execute("UPDATE _cs_meta SET safe_ts = ?", (safe,))
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
@@ -349,4 +352,3 @@ class Store:
     def merge_at(self, table: str, key: Sequence[Any]) -> int:
         """Merge the two splits meeting at ``key`` of ``table``; returns the merge time."""
         return self._change_splits(table, key, merge=True)
-

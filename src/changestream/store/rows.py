@@ -8,7 +8,7 @@ from typing import Any
 from changestream.ddl.schema import Table
 from changestream.errors import InvalidArgument
 from changestream.store.keys import quote
-from changestream.types import COMMIT_TIMESTAMP, normalize, to_sqlite
+from changestream.types import normalize, to_sqlite
 
 
 def key_condition(table: Table) -> str:
@@ -54,25 +54,3 @@ def check_columns(table: Table, columns: Sequence[str], *, need_key: bool) -> tu
                 f"writes to {table.name!r} must include its key column(s) {', '.join(missing)}"
             )
     return names
-
-
-def normalized_row(table: Table, columns: tuple[str, ...], values: Sequence[Any]) -> list[Any]:
-    """One written row, validated and in canonical Python form."""
-    if isinstance(values, str | bytes) or not isinstance(values, Sequence):
-        raise InvalidArgument(f"a row must be a list of values, got {values!r}")
-    if len(values) != len(columns):
-        raise InvalidArgument(
-            f"row {list(values)!r} has {len(values)} value(s) for {len(columns)} column(s) "
-            f"{list(columns)!r}"
-        )
-    row = []
-    for name, value in zip(columns, values, strict=True):
-        column = table.column(name)
-        assert column is not None
-        if value is COMMIT_TIMESTAMP and not column.allow_commit_timestamp:
-            raise InvalidArgument(
-                f"COMMIT_TIMESTAMP needs a TIMESTAMP column with allow_commit_timestamp = true; "
-                f"{table.name}.{name} is not one"
-            )
-        row.append(normalize(column.type, value, name))
-    return row

@@ -11,7 +11,15 @@ from changestream.types import SCALAR_CODES, ColumnType, from_sqlite
 SYSTEM_PREFIX = "_cs_"
 
 SYSTEM_TABLES = """
-CREATE TABLE IF NOT EXISTS _cs_meta (k TEXT PRIMARY KEY, v) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS _cs_meta (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    last_commit_ts INTEGER NOT NULL,
+    safe_ts INTEGER NOT NULL,
+    txn_seq INTEGER NOT NULL,
+    catalog_version INTEGER NOT NULL,
+    split_version INTEGER NOT NULL,
+    secret TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS _cs_tables (name TEXT PRIMARY KEY, definition TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS _cs_streams (
     stream_id INTEGER PRIMARY KEY,
@@ -44,7 +52,7 @@ CREATE INDEX IF NOT EXISTS _cs_log_age ON _cs_log (stream_id, commit_ts);
 # picks a converter from the declared type's first word; these names get both right.
 _DECLARED = {
     "BOOL": "BOOL",
-    "INT64": "INT64",
+    "INT64": "INTEGER",
     "FLOAT64": "FLOAT64",
     "NUMERIC": "NUMERIC_TEXT",
     "STRING": "TEXT",

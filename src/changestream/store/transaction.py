@@ -17,9 +17,11 @@ from changestream.errors import (
     NotFound,
 )
 from changestream.store.changes import CommitContext, RowChange
+from changestream.store.codec import RowCodec
 from changestream.store.database import WriteContext
 from changestream.store.keys import KeyRange, encode_key, quote
-from changestream.store.rows import check_columns, key_condition, normalized_key, normalized_row
+from changestream.store.rows import key_condition, normalized_key
+from changestream.store.splits import Split
 from changestream.types import COMMIT_TIMESTAMP, to_sqlite
 
 if TYPE_CHECKING:
@@ -33,10 +35,13 @@ class Mutation:
     """One buffered mutation: ``op`` is insert, update, insert_or_update, replace or delete."""
 
     op: str
-    table: Table
-    columns: tuple[str, ...]
-    rows: list[list[Any]]
+    codec: RowCodec
+    rows: list[tuple[Any, ...]]
     key_range: KeyRange | None = None
+
+    @property
+    def table(self) -> Table:
+        return self.codec.table
 
 
 class ChangeTracker:
@@ -69,57 +74,57 @@ class ChangeTracker:
         ).fetchone()
         return None if row is None else dict(zip((c.name for c in table.columns), row, strict=True))
 
-    def _key_of(self, table: Table, columns: tuple[str, ...], row: list[Any]) -> tuple[Any, ...]:
-        return tuple(row[columns.index(name)] for name in table.primary_key)
-
-    def _full_row(self, table: Table, columns: tuple[str, ...], row: list[Any]) -> dict[str, Any]:
-        full = dict.fromkeys((c.name for c in table.columns), None)
-        full.update(zip(columns, row, strict=True))
-        return full
-
-    def insert(self, table: Table, columns: tuple[str, ...], rows: list[list[Any]]) -> None:
+    def insert(self, codec: RowCodec, rows: list[tuple[Any, ...]]) -> None:
+        table, columns = codec.table, codec.columns
         sql = (
             f"INSERT INTO {quote(table.name)} ({', '.join(quote(c) for c in columns)}) "
             f"VALUES ({', '.join('?' * len(columns))})"
         )
-        types = [table.column(c).type for c in columns]  # type: ignore[union-attr]
-        stored = [[to_sqlite(t, v) for t, v in zip(types, row, strict=True)] for row in rows]
+        stored = codec.stored(rows)
         self.conn.execute("SAVEPOINT cs_insert")
         try:
             self.conn.executemany(sql, stored)
         except sqlite3.IntegrityError as exc:
             self.conn.execute("ROLLBACK TO cs_insert")
-            raise self._explain(table, columns, rows, sql, stored, exc) from exc
+            raise self._explain(codec, rows, sql, stored, exc) from exc
         finally:
             self.conn.execute("RELEASE cs_insert")
-        if table.name in self.tracked:
-            for row in rows:
-                key = self._key_of(table, columns, row)
-                self._note(table, key, None, self._full_row(table, columns, row), set(columns))
+        if table.name not in self.tracked:
+            return
+        written = set(columns)
+        changes = self.changes
+        name = table.name
+        for row in rows:
+            key = codec.key(row)
+            change = changes.get((name, key))
+            if change is None:
+                changes[(name, key)] = RowChange(table, key, None, codec.full_row(row), written)
+            else:
+                change.after = codec.full_row(row)
+                change.written |= written
 
     def _explain(
         self,
-        table: Table,
-        columns: tuple[str, ...],
-        rows: list[list[Any]],
+        codec: RowCodec,
+        rows: list[tuple[Any, ...]],
         sql: str,
-        stored: list[list[Any]],
+        stored: list[tuple[Any, ...]],
         exc: sqlite3.IntegrityError,
     ) -> Exception:
         """Find the row that broke a constraint, to name it in the error."""
+        name = codec.table.name
         for row, values in zip(rows, stored, strict=True):
             try:
                 self.conn.execute(sql, values)
-            except sqlite3.IntegrityError:
-                key = self._key_of(table, columns, row)
-                if "UNIQUE" in str(exc) or "PRIMARY KEY" in str(exc):
-                    return AlreadyExists(f"row {key!r} already exists in table {table.name!r}")
-                return InvalidArgument(f"row {key!r} of table {table.name!r}: {exc}")
-        return InvalidArgument(f"table {table.name!r}: {exc}")
+            except sqlite3.IntegrityError as error:
+                key = codec.key(row)
+                if "UNIQUE" in str(error) or "PRIMARY KEY" in str(error):
+                    return AlreadyExists(f"row {key!r} already exists in table {name!r}")
+                return InvalidArgument(f"row {key!r} of table {name!r}: {error}")
+        return InvalidArgument(f"table {name!r}: {exc}")
 
-    def update(
-        self, table: Table, columns: tuple[str, ...], rows: list[list[Any]], upsert: bool
-    ) -> None:
+    def update(self, codec: RowCodec, rows: list[tuple[Any, ...]], upsert: bool) -> None:
+        table, columns = codec.table, codec.columns
         set_columns = [c for c in columns if c not in table.primary_key]
         assignments = ", ".join(f"{quote(c)} = ?" for c in set_columns) or (
             f"{quote(table.primary_key[0])} = {quote(table.primary_key[0])}"
@@ -140,7 +145,7 @@ class ChangeTracker:
             if count == 0:
                 if not upsert:
                     raise NotFound(f"row {key!r} does not exist in table {table.name!r}")
-                self.insert(table, columns, [row])
+                self.insert(codec, [row])
                 continue
             if tracked:
                 assert before is not None
@@ -148,13 +153,14 @@ class ChangeTracker:
                 after.update(zip(columns, row, strict=True))
                 self._note(table, key, before, after, set(set_columns))
 
-    def replace(self, table: Table, columns: tuple[str, ...], rows: list[list[Any]]) -> None:
+    def replace(self, codec: RowCodec, rows: list[tuple[Any, ...]]) -> None:
+        table = codec.table
         tracked = table.name in self.tracked
         for row in rows:
-            key = self._key_of(table, columns, row)
+            key = codec.key(row)
             before = self._current(table, key) if tracked else None
             self.delete_keys(table, [key], track=False)
-            self.insert(table, columns, [row])
+            self.insert(codec, [row])
             if tracked:
                 change = self.changes[(table.name, key)]
                 if change.before is None and before is not None:
@@ -186,12 +192,11 @@ class ChangeTracker:
 
     def apply(self, mutation: Mutation) -> None:
         if mutation.op == "insert":
-            self.insert(mutation.table, mutation.columns, mutation.rows)
+            self.insert(mutation.codec, mutation.rows)
         elif mutation.op in ("update", "insert_or_update"):
-            upsert = mutation.op == "insert_or_update"
-            self.update(mutation.table, mutation.columns, mutation.rows, upsert)
+            self.update(mutation.codec, mutation.rows, mutation.op == "insert_or_update")
         elif mutation.op == "replace":
-            self.replace(mutation.table, mutation.columns, mutation.rows)
+            self.replace(mutation.codec, mutation.rows)
         elif mutation.key_range is not None:
             self.delete_range(mutation.table, mutation.key_range)
         else:
@@ -207,7 +212,9 @@ class ChangeTracker:
         """Note the changes a DML statement made, from its rows before and its RETURNING rows."""
         names = [c.name for c in table.columns]
         key_at = [names.index(k) for k in table.primary_key]
-        before_by_key = {tuple(r[i] for i in key_at): dict(zip(names, r, strict=True)) for r in old_rows}
+        before_by_key = {
+            tuple(r[i] for i in key_at): dict(zip(names, r, strict=True)) for r in old_rows
+        }
         written = set(columns) - set(table.primary_key)
         seen = set()
         for row in new_rows:
@@ -255,12 +262,10 @@ class Transaction:
 
     def _buffer(self, op: str, table: str, columns: Sequence[str], values: Sequence[Any]) -> None:
         self._check_open()
-        schema = self._store.catalog().table(table)
-        names = check_columns(schema, columns, need_key=True)
+        codec = self._store.codec(table, columns)
         if isinstance(values, str | bytes) or not isinstance(values, Sequence):
             raise InvalidArgument(f"values must be a list of rows, got {values!r}")
-        rows = [normalized_row(schema, names, row) for row in values]
-        self._mutations.append(Mutation(op, schema, names, rows))
+        self._mutations.append(Mutation(op, codec, codec.rows(values)))
 
     def insert(self, table: str, columns: Sequence[str], values: Sequence[Sequence[Any]]) -> None:
         """Insert rows; the commit fails with AlreadyExists if any row exists."""
@@ -284,14 +289,15 @@ class Transaction:
         """Delete rows by key tuples or a KeyRange; missing rows are not an error."""
         self._check_open()
         schema = self._store.catalog().table(table)
+        codec = self._store.codec(table, schema.primary_key)
         if isinstance(keys, KeyRange):
             keys.where(schema)
-            self._mutations.append(Mutation("delete", schema, schema.primary_key, [], keys))
+            self._mutations.append(Mutation("delete", codec, [], keys))
             return
         if isinstance(keys, str | bytes) or not isinstance(keys, Sequence):
             raise InvalidArgument(f"keys must be a list of key tuples or a KeyRange, got {keys!r}")
-        rows = [list(normalized_key(schema, key)) for key in keys]
-        self._mutations.append(Mutation("delete", schema, schema.primary_key, rows))
+        rows = [normalized_key(schema, key) for key in keys]
+        self._mutations.append(Mutation("delete", codec, rows))
 
     def execute_update(
         self, dml: str, params: Mapping[str, Any] | Sequence[Any] | None = None
@@ -369,17 +375,24 @@ class Transaction:
                 raise FailedPrecondition(
                     f"table {mutation.table.name!r} was changed or dropped during the transaction"
                 )
-            if any(v is COMMIT_TIMESTAMP for row in mutation.rows for v in row):
-                rows = [[stamp if v is COMMIT_TIMESTAMP else v for v in row] for row in mutation.rows]
-                mutation = Mutation(mutation.op, mutation.table, mutation.columns, rows)
+            if mutation.codec.may_hold_commit_timestamp:
+                rows = [
+                    tuple([stamp if v is COMMIT_TIMESTAMP else v for v in row])
+                    for row in mutation.rows
+                ]
+                mutation = Mutation(mutation.op, mutation.codec, rows)
             tracker.apply(mutation)
         ctx.meta.txn_seq += 1
         changes = list(tracker.changes.values())
+        whole_table: dict[str, Split | None] = {}
         for change in changes:
-            single = ctx.splits.single_split_for_table(change.table.name)
-            if single is None:
-                single = ctx.splits.find(encode_key(change.table, change.key, normalized=True))
-            change.split_id = single.split_id
+            name = change.table.name
+            if name not in whole_table:
+                whole_table[name] = ctx.splits.single_split_for_table(name)
+            split = whole_table[name]
+            if split is None:
+                split = ctx.splits.find(encode_key(change.table, change.key, normalized=True))
+            change.split_id = split.split_id
         context = CommitContext(
             commit_ts=ts,
             server_transaction_id=f"{ctx.meta.txn_seq}",

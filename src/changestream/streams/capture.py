@@ -12,7 +12,7 @@ from changestream.ddl.schema import ChangeStream, Table
 from changestream.store.catalog import Catalog, StreamEntry
 from changestream.store.changes import CommitContext, LogRow, RowChange
 from changestream.streams.records import sequence_text
-from changestream.types import json_encoder
+from changestream.types import identity, json_encoder
 
 _OLD_FOR_UPDATE = {"OLD_AND_NEW_VALUES", "NEW_ROW_AND_OLD_VALUES"}
 _FULL_NEW_ROW = {"NEW_ROW", "NEW_ROW_AND_OLD_VALUES"}
@@ -29,6 +29,9 @@ class _Plan:
     key_encoders: tuple[Callable[[Any], Any], ...]
     tracked: tuple[str, ...]
     encoders: dict[str, Callable[[Any], Any]]
+    plain: frozenset[str]
+    plain_keys: bool
+    tracked_plain: bool
     column_types: dict[str, dict[str, Any]]
     ordinals: dict[str, int]
 
@@ -39,7 +42,9 @@ def _plan(entry: StreamEntry, table: Table) -> _Plan | None:
     if target is None:
         return None
     non_key = [c.name for c in table.non_key_columns]
-    tracked = tuple(non_key if target.columns is None else [c for c in non_key if c in target.columns])
+    tracked = tuple(
+        non_key if target.columns is None else [c for c in non_key if c in target.columns]
+    )
     return _Plan(
         stream_id=entry.stream_id,
         capture_type=stream.value_capture_type,
@@ -47,6 +52,9 @@ def _plan(entry: StreamEntry, table: Table) -> _Plan | None:
         key_encoders=tuple(json_encoder(c.type) for c in table.key_columns),
         tracked=tracked,
         encoders={c.name: json_encoder(c.type) for c in table.columns},
+        plain=frozenset(c.name for c in table.columns if json_encoder(c.type) is identity),
+        plain_keys=all(json_encoder(c.type) is identity for c in table.key_columns),
+        tracked_plain=all(json_encoder(table.column(n).type) is identity for n in tracked),  # type: ignore[union-attr]
         column_types={
             c.name: {
                 "name": c.name,
@@ -61,8 +69,12 @@ def _plan(entry: StreamEntry, table: Table) -> _Plan | None:
 
 
 def _values(plan: _Plan, row: dict[str, Any], names: tuple[str, ...] | list[str]) -> dict[str, Any]:
-    encoders = plan.encoders
-    return {name: encoders[name](row[name]) for name in names}
+    values = {name: row[name] for name in names}
+    if names is not plan.tracked or not plan.tracked_plain:
+        for name in names:
+            if name not in plan.plain:
+                values[name] = plan.encoders[name](values[name])
+    return values
 
 
 def _mod(plan: _Plan, change: RowChange) -> tuple[str, dict[str, Any], dict[str, Any]] | None:
@@ -102,70 +114,92 @@ class ChangeCapture:
         return plans
 
     def __call__(self, context: CommitContext) -> list[LogRow]:
-        # Per stream: (table, mod_type, split) → [mods, column names], in first-seen order.
-        groups: dict[int, dict[tuple[str, str, int], tuple[list[dict[str, Any]], set[str]]]] = {}
+        # (stream, table, mod_type, split) → mods, in first-seen order: one record each.
+        groups: dict[tuple[int, str, str, int], list[dict[str, Any]]] = {}
+        plans_by_table: dict[str, list[_Plan]] = {}
         plan_of: dict[tuple[int, str], _Plan] = {}
         for change in context.changes:
-            for plan in self._plans_of(context.catalog, change.table):
-                mod = _mod(plan, change)
-                if mod is None:
-                    continue
-                mod_type, new, old = mod
-                plan_of[(plan.stream_id, change.table.name)] = plan
-                keys = {
-                    name: encode(value)
-                    for name, encode, value in zip(
-                        plan.key_names, plan.key_encoders, change.key, strict=True
-                    )
-                }
-                group_key = (change.table.name, mod_type, change.split_id)
-                stream_groups = groups.setdefault(plan.stream_id, {})
-                group = stream_groups.get(group_key)
+            table = change.table
+            name = table.name
+            plans = plans_by_table.get(name)
+            if plans is None:
+                plans = plans_by_table[name] = self._plans_of(context.catalog, table)
+                for plan in plans:
+                    plan_of[(plan.stream_id, name)] = plan
+            before, after = change.before, change.after
+            keys: dict[str, Any] | None = None
+            mod: tuple[str, dict[str, Any], dict[str, Any]]
+            for plan in plans:
+                if before is None and after is not None and plan.tracked_plain:
+                    mod = ("INSERT", {column: after[column] for column in plan.tracked}, {})
+                else:
+                    found = _mod(plan, change)
+                    if found is None:
+                        continue
+                    mod = found
+                if keys is None:
+                    keys = _keys(plan, change.key)
+                group_key = (plan.stream_id, name, mod[0], change.split_id)
+                group = groups.get(group_key)
                 if group is None:
-                    group = stream_groups[group_key] = ([], set())
-                group[0].append({"keys": keys, "new_values": new, "old_values": old})
-                group[1].update(new)
-                group[1].update(old)
+                    group = groups[group_key] = []
+                group.append({"keys": keys, "new_values": mod[1], "old_values": mod[2]})
+        by_stream: dict[int, list[tuple[str, str, int, list[dict[str, Any]]]]] = {}
+        for (stream_id, name, mod_type, split_id), mods in groups.items():
+            by_stream.setdefault(stream_id, []).append((name, mod_type, split_id, mods))
         rows: list[LogRow] = []
-        for stream_id, stream_groups in groups.items():
-            rows.extend(self._records(context, stream_id, stream_groups, plan_of))
+        for stream_id, records in by_stream.items():
+            rows.extend(_records(context, stream_id, records, plan_of))
         return rows
 
-    def _records(
-        self,
-        context: CommitContext,
-        stream_id: int,
-        stream_groups: dict[tuple[str, str, int], tuple[list[dict[str, Any]], set[str]]],
-        plan_of: dict[tuple[int, str], _Plan],
-    ) -> list[LogRow]:
-        last_in_split: dict[int, int] = {}
-        for sequence, (_, _, split_id) in enumerate(stream_groups):
-            last_in_split[split_id] = sequence
-        partitions = len(last_in_split)
-        count = len(stream_groups)
-        rows: list[LogRow] = []
-        for sequence, ((table_name, mod_type, split_id), (mods, names)) in enumerate(
-            stream_groups.items()
-        ):
-            plan = plan_of[(stream_id, table_name)]
-            columns = sorted(set(plan.key_names) | names, key=plan.ordinals.__getitem__)
-            payload = orjson.dumps(
-                {
-                    "record_sequence": sequence_text(sequence),
-                    "server_transaction_id": context.server_transaction_id,
-                    "is_last_record_in_transaction_in_partition": (
-                        last_in_split[split_id] == sequence
-                    ),
-                    "table_name": table_name,
-                    "column_types": [plan.column_types[name] for name in columns],
-                    "mods": mods,
-                    "mod_type": mod_type,
-                    "value_capture_type": plan.capture_type,
-                    "number_of_records_in_transaction": count,
-                    "number_of_partitions_in_transaction": partitions,
-                    "transaction_tag": context.transaction_tag,
-                    "is_system_transaction": context.is_system_transaction,
-                }
-            )
-            rows.append((stream_id, split_id, context.commit_ts, sequence, payload))
-        return rows
+
+def _keys(plan: _Plan, key: tuple[Any, ...]) -> dict[str, Any]:
+    if plan.plain_keys:
+        return dict(zip(plan.key_names, key, strict=True))
+    return {
+        name: encode(value)
+        for name, encode, value in zip(plan.key_names, plan.key_encoders, key, strict=True)
+    }
+
+
+def _columns_of(plan: _Plan, mod_type: str, mods: list[dict[str, Any]]) -> list[str]:
+    """Key columns plus every column the record's mods carry, in schema order."""
+    names = set(plan.key_names)
+    for mod in mods if mod_type == "UPDATE" else mods[:1]:
+        names.update(mod["new_values"])
+        names.update(mod["old_values"])
+    return sorted(names, key=plan.ordinals.__getitem__)
+
+
+def _records(
+    context: CommitContext,
+    stream_id: int,
+    records: list[tuple[str, str, int, list[dict[str, Any]]]],
+    plan_of: dict[tuple[int, str], _Plan],
+) -> list[LogRow]:
+    last_in_split = {split_id: sequence for sequence, (_, _, split_id, _) in enumerate(records)}
+    partitions = len(last_in_split)
+    count = len(records)
+    rows: list[LogRow] = []
+    for sequence, (table_name, mod_type, split_id, mods) in enumerate(records):
+        plan = plan_of[(stream_id, table_name)]
+        payload = orjson.dumps(
+            {
+                "record_sequence": sequence_text(sequence),
+                "server_transaction_id": context.server_transaction_id,
+                "is_last_record_in_transaction_in_partition": last_in_split[split_id] == sequence,
+                "table_name": table_name,
+                "column_types": [
+                    plan.column_types[name] for name in _columns_of(plan, mod_type, mods)
+                ],
+                "mods": mods,
+                "mod_type": mod_type,
+                "value_capture_type": plan.capture_type,
+                "number_of_records_in_transaction": count,
+                "number_of_partitions_in_transaction": partitions,
+                "transaction_tag": context.transaction_tag,
+                "is_system_transaction": context.is_system_transaction,
+            }
+        )
+        rows.append((stream_id, split_id, context.commit_ts, sequence, payload))
+    return rows

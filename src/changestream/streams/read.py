@@ -156,7 +156,9 @@ class ChangeStreamReader:
         assert split.end_ts is not None
         conn = self._store.connection()
         children = tuple(
-            ChildPartition(self._token(child.split_id), tuple(self._token(p) for p in child.parents))
+            ChildPartition(
+                self._token(child.split_id), tuple(self._token(p) for p in child.parents)
+            )
             for child in load_splits(conn, split.children)
         )
         return ChildPartitionsRecord(
@@ -171,9 +173,13 @@ class ChangeStreamReader:
         conn.execute("BEGIN")
         try:
             watermark = self._watermark(conn)
-            if conn.execute(
-                "SELECT 1 FROM _cs_streams WHERE stream_id = ?", (self._request.stream.stream_id,)
-            ).fetchone() is None:
+            if (
+                conn.execute(
+                    "SELECT 1 FROM _cs_streams WHERE stream_id = ?",
+                    (self._request.stream.stream_id,),
+                ).fetchone()
+                is None
+            ):
                 raise NotFound(
                     f"change stream {self._request.stream.definition.name!r} was dropped"
                 )
@@ -214,8 +220,10 @@ class ChangeStreamReader:
             if through < 0:
                 continue
             delivered = max(delivered, through)
-            if end_ts is not None and delivered >= end_ts - 1 and (
-                request.end is None or request.end >= end_ts
+            if (
+                end_ts is not None
+                and delivered >= end_ts - 1
+                and (request.end is None or request.end >= end_ts)
             ):
                 split = load_split(self._store.connection(), split.split_id) or split
                 yield self._children_record(split)

@@ -175,7 +175,12 @@ def _parse(sql: str, params: Params, dialect: str | None) -> exp.Expr:
 
 
 def _parse_as(sql: str, dialect: str) -> exp.Expr:
-    statements = [s for s in sqlglot.parse(sql, read=_DIALECTS[dialect]) if s is not None]
+    # A comment after the last `;` comes back as a bare Semicolon node: not a statement.
+    statements = [
+        s
+        for s in sqlglot.parse(sql, read=_DIALECTS[dialect])
+        if s is not None and not isinstance(s, exp.Semicolon)
+    ]
     if not statements:
         raise InvalidArgument("empty SQL statement")
     if len(statements) > 1:
@@ -217,21 +222,22 @@ def _read_function_form(statement: exp.Expr) -> tuple[str, str] | None:
 
 
 def _parse_failure(sql: str, exc: ParseError | TokenError) -> str:
+    if isinstance(exc, ParseError) and exc.errors:
+        first = exc.errors[0]
+        # str(exc) would carry ANSI underline codes around the offending token.
+        detail = f"{first['description']} (line {first['line']}, column {first['col']})"
+    else:
+        detail = str(exc)
     try:
         words = [token.text.upper() for token in _GoogleSQL().tokenize(sql)]
     except TokenError:
         words = []
     if words and words[0] not in _STATEMENT_KEYWORDS:
-        return _NOT_A_QUERY
+        return f"{_NOT_A_QUERY} (cannot parse SQL: {detail})"
     if any(pair == ("THEN", "RETURN") for pair in itertools.pairwise(words)):
         return "THEN RETURN is not supported; the statement's result already has the changed rows"
     if words[:3] == ["INSERT", "OR", "UPDATE"]:
         return "INSERT OR UPDATE (upsert) is not supported"
-    if isinstance(exc, ParseError) and exc.errors:
-        first = exc.errors[0]
-        detail = f"{first['description']} (line {first['line']}, column {first['col']})"
-    else:
-        detail = str(exc)
     return f"cannot parse SQL: {detail}"
 
 

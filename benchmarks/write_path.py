@@ -1,0 +1,108 @@
+"""Write-path benchmark: mods/s committing 100-row transactions.
+
+(a) raw sqlite3 inserts of the same rows, (b) through the Database with no change stream,
+(c) with one change stream tracking the table; in both durability modes. Prints one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sqlite3
+import tempfile
+import time
+from collections.abc import Callable
+
+import changestream
+
+ROWS_PER_TXN = 100
+DDL = (
+    "CREATE TABLE Orders (OrderId INT64 NOT NULL, Customer STRING(MAX), Amount INT64, "
+    "Note STRING(MAX)) PRIMARY KEY (OrderId)"
+)
+COLUMNS = ["OrderId", "Customer", "Amount", "Note"]
+
+
+def batches(transactions: int) -> list[list[list[object]]]:
+    return [
+        [
+            [t * ROWS_PER_TXN + i, f"customer-{i % 97}", i * 7, "standard delivery"]
+            for i in range(ROWS_PER_TXN)
+        ]
+        for t in range(transactions)
+    ]
+
+
+def raw_sqlite(path: str, data: list[list[list[object]]], synchronous: str) -> float:
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute(f"PRAGMA synchronous={synchronous}")
+    conn.execute(
+        "CREATE TABLE Orders (OrderId INTEGER, Customer TEXT, Amount INTEGER, Note TEXT, "
+        "PRIMARY KEY (OrderId))"
+    )
+    started = time.perf_counter()
+    for rows in data:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.executemany("INSERT INTO Orders VALUES (?, ?, ?, ?)", rows)
+        conn.execute("COMMIT")
+    elapsed = time.perf_counter() - started
+    conn.close()
+    return elapsed
+
+
+def through_database(
+    path: str, data: list[list[list[object]]], durability: str, stream: bool
+) -> float:
+    with changestream.open(path, durability=durability) as db:
+        db.execute_ddl(DDL)
+        if stream:
+            db.execute_ddl("CREATE CHANGE STREAM OrdersStream FOR Orders")
+        started = time.perf_counter()
+        for rows in data:
+            with db.transaction() as tx:
+                tx.insert("Orders", COLUMNS, rows)
+        return time.perf_counter() - started
+
+
+def best_rate(run: Callable[[str], float], mods: int, repeats: int) -> float:
+    rates = []
+    for _ in range(repeats):
+        with tempfile.TemporaryDirectory() as tmp:
+            rates.append(mods / run(os.path.join(tmp, "bench.db")))
+    return max(rates)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--transactions", type=int, default=300)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    data = batches(args.transactions)
+    mods = args.transactions * ROWS_PER_TXN
+    result: dict[str, object] = {
+        "benchmark": "write_path",
+        "rows_per_transaction": ROWS_PER_TXN,
+        "transactions": args.transactions,
+    }
+    for durability, synchronous in (("normal", "NORMAL"), ("full", "FULL")):
+        a = best_rate(lambda p, s=synchronous: raw_sqlite(p, data, s), mods, args.repeats)
+        b = best_rate(
+            lambda p, d=durability: through_database(p, data, d, False), mods, args.repeats
+        )
+        c = best_rate(
+            lambda p, d=durability: through_database(p, data, d, True), mods, args.repeats
+        )
+        result[durability] = {
+            "a_raw_sqlite_mods_per_s": round(a),
+            "b_database_no_stream_mods_per_s": round(b),
+            "c_database_one_stream_mods_per_s": round(c),
+            "b_over_a": round(b / a, 3),
+            "c_over_b": round(c / b, 3),
+        }
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
