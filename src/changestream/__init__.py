@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from changestream.clock import Clock
 from changestream.errors import (
     AlreadyExists,
     ChangeStreamError,
@@ -34,13 +35,19 @@ Database = EmbeddedDatabase
 __version__ = "0.1.0"
 
 
-def open(path: str, durability: str = "normal", busy_timeout: float = 5.0) -> EmbeddedDatabase:
+def open(
+    path: str,
+    durability: str = "normal",
+    busy_timeout: float = 5.0,
+    clock: Clock | None = None,
+) -> EmbeddedDatabase:
     """Open (creating if needed) the database in the SQLite file ``path``, or ``":memory:"``.
 
     ``durability="normal"`` survives a process crash; ``"full"`` also survives a power cut.
     ``busy_timeout`` is how long a writer waits for another writer's lock, in seconds.
+    ``clock`` (microseconds since the epoch) replaces the wall clock, for tests and replays.
     """
-    return EmbeddedDatabase(path, durability, busy_timeout)
+    return EmbeddedDatabase(path, durability, busy_timeout, clock)
 
 
 __all__ = [

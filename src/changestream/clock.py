@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 import time
+from collections.abc import Callable
 
 from changestream.errors import InvalidArgument
 
@@ -20,9 +21,12 @@ def now_us() -> int:
     return time.time_ns() // 1000
 
 
-def next_commit_ts(last_us: int, floor_us: int = 0) -> int:
+Clock = Callable[[], int]
+
+
+def next_commit_ts(now: int, last_us: int, floor_us: int = 0) -> int:
     """The hybrid clock: the wall clock, but always above the last timestamp handed out."""
-    return max(now_us(), last_us + 1, floor_us + 1)
+    return max(now, last_us + 1, floor_us + 1)
 
 
 def format_ts(us: int) -> str:

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from changestream.clock import next_commit_ts, now_us
+from changestream.clock import Clock, next_commit_ts, now_us
 from changestream.ddl import parse_ddl
 from changestream.ddl.schema import Statement
 from changestream.errors import InvalidArgument
@@ -45,8 +45,11 @@ class Meta:
 class WriteContext:
     """An open SQLite write transaction with the engine state it may change."""
 
-    def __init__(self, conn: sqlite3.Connection, meta: Meta, catalog: Catalog, live: SplitMap):
+    def __init__(
+        self, conn: sqlite3.Connection, meta: Meta, catalog: Catalog, live: SplitMap, clock: Clock
+    ) -> None:
         self.conn = conn
+        self.clock = clock
         self.meta = meta
         self.catalog = catalog
         self.splits = live
@@ -57,7 +60,9 @@ class WriteContext:
     def allocate_commit_ts(self) -> int:
         """Take the next commit timestamp; strictly increasing because we hold the write lock."""
         if not self.commit_ts:
-            self.commit_ts = next_commit_ts(self.meta.last_commit_ts, self.meta.safe_ts)
+            self.commit_ts = next_commit_ts(
+                self.clock(), self.meta.last_commit_ts, self.meta.safe_ts
+            )
             self.meta.last_commit_ts = self.commit_ts
         return self.commit_ts
 
@@ -71,6 +76,7 @@ class Store:
         durability: str = "normal",
         busy_timeout: float = 5.0,
         capture: CaptureFn | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self._tempdir: str | None = None
         if path == ":memory:":
@@ -79,6 +85,8 @@ class Store:
         self.path = path
         self._pool = ConnectionPool(path, durability, busy_timeout)
         self._capture = capture
+        #: The wall clock in microseconds; injectable so tests can pin commit timestamps.
+        self.now: Clock = clock or now_us
         self._cache_lock = threading.Lock()
         self._catalog = Catalog()
         self._split_map = SplitMap([])
@@ -116,7 +124,7 @@ class Store:
                 if statement.strip():
                     conn.execute(statement)
             if conn.execute("SELECT count(*) FROM _cs_meta").fetchone()[0] == 0:
-                ts = next_commit_ts(0)
+                ts = next_commit_ts(self.now(), 0)
                 conn.execute(
                     "INSERT INTO _cs_meta VALUES (1, ?, 0, 0, 0, 0, ?)", (ts, secrets.token_hex(16))
                 )
@@ -197,7 +205,7 @@ class Store:
             return
         meta = self.read_meta(conn)
         self._refresh(conn, meta)
-        ctx = WriteContext(conn, meta, self._catalog, self._split_map)
+        ctx = WriteContext(conn, meta, self._catalog, self._split_map, self.now)
         try:
             yield ctx
         except BaseException:
@@ -245,7 +253,7 @@ class Store:
 
     def _collect_garbage(self, ctx: WriteContext) -> None:
         """Drop change records older than each stream's retention, about once a minute."""
-        now = now_us()
+        now = self.now()
         if now - self._last_gc_us < _GC_INTERVAL_US:
             return
         self._last_gc_us = now
@@ -269,7 +277,7 @@ class Store:
             conn.execute(f"PRAGMA busy_timeout = {int(self._pool.busy_timeout * 1000)}")
         try:
             meta = self.read_meta(conn)
-            safe = max(now_us(), meta.last_commit_ts, meta.safe_ts)
+            safe = max(self.now(), meta.last_commit_ts, meta.safe_ts)
             conn.execute("UPDATE _cs_meta SET safe_ts = ?", (safe,))
             conn.execute("COMMIT")
         except BaseException:
@@ -291,7 +299,7 @@ class Store:
         with self._begin():
             meta = self.read_meta(conn)
             catalog = Catalog.load(conn)
-            ctx = WriteContext(conn, meta, catalog, self._split_map)
+            ctx = WriteContext(conn, meta, catalog, self._split_map, self.now)
             ts = ctx.allocate_commit_ts()
             for statement in parsed:
                 catalog.apply(conn, statement, ts)

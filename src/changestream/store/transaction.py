@@ -16,6 +16,7 @@ from changestream.errors import (
     InvalidArgument,
     NotFound,
 )
+from changestream.sql.statements import DmlStatement, parse_statement
 from changestream.store.changes import CommitContext, RowChange
 from changestream.store.codec import RowCodec
 from changestream.store.database import WriteContext
@@ -64,8 +65,7 @@ class ChangeTracker:
         if change is None:
             self.changes[(table.name, key)] = RowChange(table, key, before, after, written)
         else:
-            change.after = after
-            change.written |= written
+            _overwrite(change, after, written)
 
     def _current(self, table: Table, key: tuple[Any, ...]) -> dict[str, Any] | None:
         params = [to_sqlite(c.type, v) for c, v in zip(table.key_columns, key, strict=True)]
@@ -100,8 +100,7 @@ class ChangeTracker:
             if change is None:
                 changes[(name, key)] = RowChange(table, key, None, codec.full_row(row), written)
             else:
-                change.after = codec.full_row(row)
-                change.written |= written
+                _overwrite(change, codec.full_row(row), written)
 
     def _explain(
         self,
@@ -204,28 +203,39 @@ class ChangeTracker:
 
     def record_dml(
         self,
+        statement: DmlStatement,
         table: Table,
-        columns: tuple[str, ...],
         old_rows: list[tuple[Any, ...]],
-        new_rows: list[tuple[Any, ...]],
+        returned: list[tuple[Any, ...]],
     ) -> None:
-        """Note the changes a DML statement made, from its rows before and its RETURNING rows."""
+        """Note the changes a DML statement made, from the rows it matched beforehand and the
+        rows its ``RETURNING *`` gave (the new rows; for DELETE, the deleted ones)."""
         names = [c.name for c in table.columns]
         key_at = [names.index(k) for k in table.primary_key]
-        before_by_key = {
-            tuple(r[i] for i in key_at): dict(zip(names, r, strict=True)) for r in old_rows
-        }
-        written = set(columns) - set(table.primary_key)
-        seen = set()
-        for row in new_rows:
-            key = tuple(row[i] for i in key_at)
-            seen.add(key)
-            before = before_by_key.get(key)
-            after = dict(zip(names, row, strict=True))
-            self._note(table, key, before, after, written if before else set(columns))
-        for key, before in before_by_key.items():
-            if key not in seen:
-                self._note(table, key, before, None, set())
+
+        def key_of(row: tuple[Any, ...]) -> tuple[Any, ...]:
+            return tuple(row[i] for i in key_at)
+
+        if statement.kind == "DELETE":
+            for row in returned:
+                self._note(table, key_of(row), dict(zip(names, row, strict=True)), None, set())
+            return
+        before_by_key = {key_of(r): dict(zip(names, r, strict=True)) for r in old_rows}
+        written = set(statement.columns)
+        for row in returned:
+            key = key_of(row)
+            self._note(
+                table, key, before_by_key.get(key), dict(zip(names, row, strict=True)), written
+            )
+
+
+def _overwrite(change: RowChange, after: dict[str, Any] | None, written: set[str]) -> None:
+    """Fold a later write to the same row into its change; a row re-created after a delete
+    has had every column written."""
+    if change.after is None and after is not None:
+        written = set(after)
+    change.after = after
+    change.written |= written
 
 
 class Transaction:
@@ -303,8 +313,6 @@ class Transaction:
         self, dml: str, params: Mapping[str, Any] | Sequence[Any] | None = None
     ) -> int:
         """Run an INSERT, UPDATE or DELETE statement now; returns the number of rows it changed."""
-        from changestream.streams.sql_text import DmlStatement, parse_statement
-
         self._check_open()
         statement = parse_statement(dml, params)
         if not isinstance(statement, DmlStatement):
@@ -318,7 +326,8 @@ class Transaction:
         conn.execute("SAVEPOINT cs_dml")
         try:
             old_rows: list[tuple[Any, ...]] = []
-            if statement.select_old_sql is not None and table.name in tracker.tracked:
+            if statement.kind == "UPDATE" and table.name in tracker.tracked:
+                assert statement.select_old_sql is not None
                 old_rows = conn.execute(
                     statement.select_old_sql, statement.select_old_params
                 ).fetchall()
@@ -334,7 +343,7 @@ class Transaction:
         finally:
             conn.execute("RELEASE cs_dml")
         if table.name in tracker.tracked:
-            tracker.record_dml(table, statement.columns, old_rows, new_rows)
+            tracker.record_dml(statement, table, old_rows, new_rows)
         return len(new_rows)
 
     def _begin(self) -> ChangeTracker:

@@ -6,8 +6,14 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from changestream.clock import format_ts, parse_ts
+from changestream.clock import Clock, format_ts, parse_ts
 from changestream.errors import InvalidArgument
+from changestream.sql.statements import (
+    DmlStatement,
+    ReadFunctionCall,
+    SelectQuery,
+    parse_statement,
+)
 from changestream.store.database import Store
 from changestream.store.keys import describe_key
 from changestream.store.splits import Split, all_splits, splits_live_at
@@ -15,12 +21,6 @@ from changestream.store.transaction import Transaction
 from changestream.streams.capture import ChangeCapture
 from changestream.streams.read import ChangeStreamReader, validate
 from changestream.streams.records import ChangeRecord, googlesql_row, postgresql_row
-from changestream.streams.sql_text import (
-    DmlStatement,
-    ReadFunctionCall,
-    SelectQuery,
-    parse_statement,
-)
 from changestream.streams.tokens import PartitionId, encode_token
 
 Params = Mapping[str, Any] | Sequence[Any] | None
@@ -64,8 +64,14 @@ class ResultSet:
 class EmbeddedDatabase(Store):
     """A change-stream database in one SQLite file (see :func:`changestream.open`)."""
 
-    def __init__(self, path: str, durability: str = "normal", busy_timeout: float = 5.0) -> None:
-        super().__init__(path, durability, busy_timeout, capture=ChangeCapture())
+    def __init__(
+        self,
+        path: str,
+        durability: str = "normal",
+        busy_timeout: float = 5.0,
+        clock: Clock | None = None,
+    ) -> None:
+        super().__init__(path, durability, busy_timeout, capture=ChangeCapture(), clock=clock)
 
     def __enter__(self) -> EmbeddedDatabase:
         return self

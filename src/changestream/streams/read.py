@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from changestream.clock import format_ts, now_us, parse_ts
+from changestream.clock import format_ts, parse_ts
 from changestream.errors import InvalidArgument, InvalidToken, NotFound, OutOfRange
 from changestream.store.catalog import StreamEntry
 from changestream.store.database import Store
@@ -67,7 +67,7 @@ def validate(
     entry = store.catalog().stream(stream)
     start = parse_ts(start_timestamp, "start_timestamp")
     end = None if end_timestamp is None else parse_ts(end_timestamp, "end_timestamp")
-    now = now_us()
+    now = store.now()
     if start > now:
         raise InvalidArgument(
             f"start_timestamp {format_ts(start)} is in the future (now is {format_ts(now)})"
@@ -138,7 +138,7 @@ class ChangeStreamReader:
         """Block until no commit at or below ``ts`` can still appear."""
         delay = 0.001
         while self._watermark(self._store.connection()) < ts:
-            wait = ts - now_us()
+            wait = ts - self._store.now()
             if wait > 0:
                 time.sleep(min(wait / 1e6, _MAX_POLL_S))
             elif self._store.advance_safe_ts() is None:
@@ -230,7 +230,7 @@ class ChangeStreamReader:
                 return
             if request.end is not None and delivered >= request.end:
                 return
-            if request.end is not None and request.end <= now_us():
+            if request.end is not None and request.end <= self._store.now():
                 self._wait_until_safe(request.end)
                 continue
             idle = time.monotonic() - last_emit

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from changestream.errors import InvalidArgument
-from changestream.streams.sql_text import (
+from changestream.sql.statements import (
     DmlStatement,
     ReadFunctionCall,
     SelectQuery,
