@@ -8,6 +8,7 @@ from typing import Any
 
 from changestream.ddl.schema import Table
 from changestream.store.catalog import Catalog
+from changestream.store.codec import RowCodec
 
 
 @dataclass(slots=True)
@@ -23,6 +24,19 @@ class RowChange:
     split_id: int = 0
 
 
+@dataclass(slots=True)
+class InsertBatch:
+    """Rows one insert mutation added to keys no other write in the transaction touched, kept
+    as written so capture can turn them into mods without per-row bookkeeping."""
+
+    codec: RowCodec
+    rows: list[tuple[Any, ...]]
+    #: The split of every row when one split holds the whole table, else None.
+    split_id: int | None = None
+    #: The split of each row, when the table spans several splits.
+    split_ids: list[int] | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class CommitContext:
     """Everything capture needs to know about one committing transaction."""
@@ -31,7 +45,7 @@ class CommitContext:
     server_transaction_id: str
     transaction_tag: str
     is_system_transaction: bool
-    changes: list[RowChange]
+    changes: list[RowChange | InsertBatch]
     catalog: Catalog
 
 

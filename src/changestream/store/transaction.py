@@ -17,7 +17,7 @@ from changestream.errors import (
     NotFound,
 )
 from changestream.sql.statements import DmlStatement, parse_statement
-from changestream.store.changes import CommitContext, RowChange
+from changestream.store.changes import CommitContext, InsertBatch, RowChange
 from changestream.store.codec import RowCodec
 from changestream.store.database import WriteContext
 from changestream.store.keys import KeyRange, encode_key, quote
@@ -52,6 +52,30 @@ class ChangeTracker:
         self.conn = conn
         self.tracked = tracked
         self.changes: dict[ChangeKey, RowChange] = {}
+        # Changes in first-touch order; an InsertBatch stands for its rows until another
+        # write to its table needs per-row state, when it is expanded into RowChanges.
+        self._order: list[RowChange | InsertBatch] = []
+        self._batches: dict[str, list[InsertBatch]] = {}
+        self._per_row: set[str] = set()
+
+    def ordered_changes(self) -> list[RowChange | InsertBatch]:
+        """Every change, in the order the transaction first touched each row."""
+        return self._order
+
+    def _expand(self, table: Table) -> None:
+        """Give every row a table's insert batches added its own RowChange, in place."""
+        self._per_row.add(table.name)
+        batches = self._batches.pop(table.name, [])
+        for batch in batches:
+            index = self._order.index(batch)
+            expanded: list[RowChange] = []
+            written = set(batch.codec.columns)
+            for row in batch.rows:
+                key = batch.codec.key(row)
+                change = RowChange(table, key, None, batch.codec.full_row(row), set(written))
+                self.changes[(table.name, key)] = change
+                expanded.append(change)
+            self._order[index : index + 1] = expanded
 
     def _note(
         self,
@@ -63,7 +87,8 @@ class ChangeTracker:
     ) -> None:
         change = self.changes.get((table.name, key))
         if change is None:
-            self.changes[(table.name, key)] = RowChange(table, key, before, after, written)
+            change = self.changes[(table.name, key)] = RowChange(table, key, before, after, written)
+            self._order.append(change)
         else:
             _overwrite(change, after, written)
 
@@ -91,16 +116,15 @@ class ChangeTracker:
             self.conn.execute("RELEASE cs_insert")
         if table.name not in self.tracked:
             return
+        if table.name not in self._per_row:
+            # The rows are new (the insert succeeded) and no earlier write touched them.
+            batch = InsertBatch(codec, rows)
+            self._batches.setdefault(table.name, []).append(batch)
+            self._order.append(batch)
+            return
         written = set(columns)
-        changes = self.changes
-        name = table.name
         for row in rows:
-            key = codec.key(row)
-            change = changes.get((name, key))
-            if change is None:
-                changes[(name, key)] = RowChange(table, key, None, codec.full_row(row), written)
-            else:
-                _overwrite(change, codec.full_row(row), written)
+            self._note(table, codec.key(row), None, codec.full_row(row), written)
 
     def _explain(
         self,
@@ -124,6 +148,7 @@ class ChangeTracker:
 
     def update(self, codec: RowCodec, rows: list[tuple[Any, ...]], upsert: bool) -> None:
         table, columns = codec.table, codec.columns
+        self._expand(table)
         set_columns = [c for c in columns if c not in table.primary_key]
         assignments = ", ".join(f"{quote(c)} = ?" for c in set_columns) or (
             f"{quote(table.primary_key[0])} = {quote(table.primary_key[0])}"
@@ -154,6 +179,7 @@ class ChangeTracker:
 
     def replace(self, codec: RowCodec, rows: list[tuple[Any, ...]]) -> None:
         table = codec.table
+        self._expand(table)
         tracked = table.name in self.tracked
         for row in rows:
             key = codec.key(row)
@@ -168,6 +194,7 @@ class ChangeTracker:
 
     def delete_keys(self, table: Table, keys: list[tuple[Any, ...]], track: bool = True) -> None:
         sql = f"DELETE FROM {quote(table.name)} WHERE {key_condition(table)}"
+        self._expand(table)
         tracked = track and table.name in self.tracked
         for key in keys:
             before = self._current(table, key) if tracked else None
@@ -178,6 +205,7 @@ class ChangeTracker:
 
     def delete_range(self, table: Table, key_range: KeyRange) -> None:
         where, params = key_range.where(table)
+        self._expand(table)
         if table.name in self.tracked:
             names = [c.name for c in table.columns]
             rows = self.conn.execute(
@@ -210,6 +238,7 @@ class ChangeTracker:
     ) -> None:
         """Note the changes a DML statement made, from the rows it matched beforehand and the
         rows its ``RETURNING *`` gave (the new rows; for DELETE, the deleted ones)."""
+        self._expand(table)
         names = [c.name for c in table.columns]
         key_at = [names.index(k) for k in table.primary_key]
 
@@ -349,11 +378,8 @@ class Transaction:
     def _begin(self) -> ChangeTracker:
         if self._tracker is None:
             self._conn = self._store.begin_write()
-            tracked = {
-                name
-                for name in self._store.catalog().tables
-                if self._store.catalog().streams_tracking(name)
-            }
+            catalog = self._store.catalog()
+            tracked = {name for name in catalog.tables if catalog.streams_tracking(name)}
             self._tracker = ChangeTracker(self._conn, tracked)
         return self._tracker
 
@@ -392,15 +418,26 @@ class Transaction:
                 mutation = Mutation(mutation.op, mutation.codec, rows)
             tracker.apply(mutation)
         ctx.meta.txn_seq += 1
-        changes = list(tracker.changes.values())
+        changes = tracker.ordered_changes()
         whole_table: dict[str, Split | None] = {}
         for change in changes:
-            name = change.table.name
-            if name not in whole_table:
-                whole_table[name] = ctx.splits.single_split_for_table(name)
-            split = whole_table[name]
+            table = change.codec.table if isinstance(change, InsertBatch) else change.table
+            if table.name not in whole_table:
+                whole_table[table.name] = ctx.splits.single_split_for_table(table.name)
+            split = whole_table[table.name]
+            if isinstance(change, InsertBatch):
+                if split is not None:
+                    change.split_id = split.split_id
+                else:
+                    change.split_ids = [
+                        ctx.splits.find(
+                            encode_key(table, change.codec.key(row), normalized=True)
+                        ).split_id
+                        for row in change.rows
+                    ]
+                continue
             if split is None:
-                split = ctx.splits.find(encode_key(change.table, change.key, normalized=True))
+                split = ctx.splits.find(encode_key(table, change.key, normalized=True))
             change.split_id = split.split_id
         context = CommitContext(
             commit_ts=ts,

@@ -1,0 +1,5 @@
+"""``python -m changestream``: the ``changestream`` command."""
+
+from changestream.cli import main
+
+main()

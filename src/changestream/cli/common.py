@@ -1,0 +1,43 @@
+"""Helpers shared by the CLI commands: opening a database file and rendering values as JSON."""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import decimal
+import os
+from typing import Any
+
+import orjson
+
+import changestream
+from changestream.clock import format_ts, parse_ts
+from changestream.errors import NotFound
+
+
+def open_database(path: str, *, create: bool = False) -> changestream.EmbeddedDatabase:
+    """Open the database at ``path``; unless ``create``, a missing file is an error."""
+    if not create and path != ":memory:" and not os.path.exists(path):
+        raise NotFound(f"no database file at {path!r} (create one with `changestream ddl`)")
+    return changestream.open(path)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=dt.UTC)
+        return format_ts(parse_ts(value))
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, bytes | bytearray | memoryview):
+        return base64.b64encode(bytes(value)).decode()
+    raise TypeError(f"cannot render {type(value).__name__} as JSON")
+
+
+def json_line(value: Any) -> str:
+    """``value`` as one line of JSON: timestamps in RFC 3339, NUMERIC as text, BYTES in base64."""
+    return orjson.dumps(
+        value, default=_json_default, option=orjson.OPT_PASSTHROUGH_DATETIME
+    ).decode()

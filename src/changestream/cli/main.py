@@ -1,0 +1,73 @@
+"""The ``changestream`` command group, its error handling, and the ``ddl`` command."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import sys
+from typing import Any
+
+import click
+
+import changestream
+from changestream.cli.common import open_database
+from changestream.cli.demo import demo
+from changestream.cli.partitions import partitions
+from changestream.cli.sql import sql
+from changestream.clock import format_ts
+from changestream.errors import ChangeStreamError
+
+EXIT_ERROR = 2
+EXIT_INTERRUPTED = 130
+
+
+class _Group(click.Group):
+    """Turns user errors into ``error: ...`` on stderr and Ctrl-C into a quiet exit 130."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        # sqlite3 errors reach here for SQL naming unknown tables or columns, or a file that
+        # is not a database: the user's mistake, so no traceback either.
+        except (ChangeStreamError, sqlite3.Error) as exc:
+            click.echo(f"error: {exc}", err=True)
+            ctx.exit(EXIT_ERROR)
+        except KeyboardInterrupt:
+            ctx.exit(EXIT_INTERRUPTED)
+        except BrokenPipeError:
+            # The reader of our output went away (``| head``): stop quietly, and keep Python
+            # from complaining again when it flushes stdout at exit.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            ctx.exit(EXIT_ERROR)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(changestream.__version__, prog_name="changestream")
+def main() -> None:
+    """Spanner-style change streams over an embedded database file.
+
+    PATH is a database file (":memory:" for a throwaway one). Start with
+    `changestream demo` for a guided tour.
+    """
+
+
+@main.command()
+@click.argument("path")
+@click.argument("statements", nargs=-1, required=True)
+def ddl(path: str, statements: tuple[str, ...]) -> None:
+    """Apply DDL STATEMENTS to the database at PATH (created if missing), atomically.
+
+    \b
+    Example:
+      changestream ddl app.db "CREATE TABLE T (K STRING(MAX) NOT NULL, V INT64) PRIMARY KEY (K)"
+      changestream ddl app.db "CREATE CHANGE STREAM TStream FOR T"
+    """
+    with open_database(path, create=True) as db:
+        applied = db.execute_ddl(list(statements))
+    click.echo(f"applied at {format_ts(applied)}")
+
+
+main.add_command(sql)
+main.add_command(partitions)
+main.add_command(demo)
