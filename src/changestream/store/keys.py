@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import decimal
 import struct
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from changestream.clock import parse_ts
+from changestream.clock import format_ts, parse_ts
 from changestream.ddl.schema import Table
 from changestream.errors import InvalidArgument
 from changestream.types import ColumnType, normalize, to_sqlite
@@ -79,16 +80,66 @@ def encode_key(table: Table, key: Sequence[Any], *, normalized: bool = False) ->
     return b"".join(parts)
 
 
-def describe_key(encoded: bytes | None) -> str:
-    """A short human-readable form of an encoded boundary (for listings)."""
+def _unescape(encoded: bytes, at: int) -> tuple[bytes, int]:
+    end = at
+    while True:
+        end = encoded.index(b"\x00", end)
+        if encoded[end + 1 : end + 2] == b"\xff":
+            end += 2
+            continue
+        return encoded[at:end].replace(b"\x00\xff", b"\x00"), end + 2
+
+
+def _decode_value(ctype: ColumnType, encoded: bytes, at: int) -> tuple[Any, int]:
+    if encoded[at : at + 1] == _NULL:
+        return None, at + 1
+    at += 1
+    code = ctype.code
+    if code in ("INT64", "TIMESTAMP"):
+        (raw,) = struct.unpack(">Q", encoded[at : at + 8])
+        value: Any = raw - 2**63
+        if code == "TIMESTAMP":
+            value = format_ts(value)
+        return value, at + 8
+    if code == "BOOL":
+        return encoded[at] == 1, at + 1
+    if code == "FLOAT64":
+        (bits,) = struct.unpack(">Q", encoded[at : at + 8])
+        bits = bits ^ (1 << 63) if bits >> 63 else bits ^ 0xFFFFFFFFFFFFFFFF
+        return struct.unpack(">d", struct.pack(">Q", bits))[0], at + 8
+    if code == "NUMERIC":
+        scaled = int.from_bytes(encoded[at : at + 17], "big") - _NUMERIC_OFFSET
+        return str(decimal.Decimal(scaled) / _NUMERIC_SCALE), at + 17
+    if code == "DATE":
+        (ordinal,) = struct.unpack(">I", encoded[at : at + 4])
+        return dt.date.fromordinal(ordinal).isoformat(), at + 4
+    raw_bytes, at = _unescape(encoded, at)
+    return (raw_bytes.decode("utf-8") if code == "STRING" else raw_bytes), at
+
+
+def describe_key(encoded: bytes | None, tables: Mapping[str, Table] | None = None) -> str:
+    """A readable form of a split boundary: ``Table(key, ...)``, decoded when the table is
+    known, ``-∞``/``∞`` at the ends of the key space."""
     if encoded is None:
         return "∞"
     if encoded == b"":
         return "-∞"
-    table_end = encoded.find(b"\x00\x00")
-    table = encoded[:table_end].replace(b"\x00\xff", b"\x00").decode("utf-8", "replace")
-    rest = encoded[table_end + 2 :]
-    return table if not rest else f"{table}/{rest.hex()}"
+    name_bytes, at = _unescape(encoded, 0)
+    name = name_bytes.decode("utf-8", "replace")
+    table = (tables or {}).get(name)
+    if at >= len(encoded):
+        return name
+    if encoded[at:] == _TABLE_END:
+        return f"{name}(end)"
+    if table is None:
+        return f"{name}/{encoded[at:].hex()}"
+    parts = []
+    for column in table.key_columns:
+        if at >= len(encoded):
+            break
+        value, at = _decode_value(column.type, encoded, at)
+        parts.append(repr(value))
+    return f"{name}({', '.join(parts)})"
 
 
 @dataclass(frozen=True, slots=True)

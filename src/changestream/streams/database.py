@@ -128,6 +128,8 @@ class EmbeddedDatabase(Store):
         return ResultSet(fields, iter([list(row) for row in cursor.fetchall()]))
 
     def _partition(self, secret: str, stream_id: int, created: int, split: Split) -> Partition:
+        tables = self.catalog().tables
+
         def token(split_id: int) -> str:
             return encode_token(secret, PartitionId(stream_id, split_id))
 
@@ -135,8 +137,8 @@ class EmbeddedDatabase(Store):
             token=token(split.split_id),
             start_timestamp=max(split.start_ts, created),
             end_timestamp=split.end_ts,
-            start_key=describe_key(split.start_key),
-            end_key=describe_key(split.end_key),
+            start_key=describe_key(split.start_key, tables),
+            end_key=describe_key(split.end_key, tables),
             parent_tokens=tuple(token(p) for p in split.parents),
             child_tokens=tuple(token(c) for c in split.children),
         )
