@@ -33,10 +33,6 @@ def sort_key(key: tuple[object, ...]) -> tuple[object, ...]:
             out.append((0, 0))
         elif isinstance(value, str):
             out.append((1, value.encode()))
-        elif isinstance(value, float) and value == 0.0:
-            out.append(
-                (1, math.copysign(0.0, value) + 0.0 if math.copysign(1, value) > 0 else -1e-400)
-            )
         else:
             out.append((1, value))
     return tuple(out)
