@@ -236,3 +236,8 @@ def test_threads_share_one_database(db: changestream.EmbeddedDatabase) -> None:
     for thread in threads:
         thread.join()
     assert len(db.read("Singers")) == 60
+
+
+def test_embedded_database_satisfies_the_interface(db: changestream.EmbeddedDatabase) -> None:
+    assert isinstance(db, changestream.Database)
+    assert isinstance(db.transaction(), changestream.TransactionLike)

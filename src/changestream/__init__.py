@@ -18,6 +18,7 @@ from changestream.errors import (
 from changestream.store.keys import KeyRange
 from changestream.store.transaction import Transaction
 from changestream.streams.database import EmbeddedDatabase, Partition, ResultSet
+from changestream.streams.interface import Database, TransactionLike
 from changestream.streams.records import (
     ChangeRecord,
     ChildPartition,
@@ -29,8 +30,6 @@ from changestream.streams.records import (
 )
 from changestream.types import COMMIT_TIMESTAMP
 
-#: The database interface; the embedded implementation is the one there is today.
-Database = EmbeddedDatabase
 
 __version__ = "0.1.0"
 
@@ -75,6 +74,7 @@ __all__ = [
     "Partition",
     "ResultSet",
     "Transaction",
+    "TransactionLike",
     "__version__",
     "open",
 ]
