@@ -227,6 +227,19 @@ class Store:
         if ctx.catalog_changed or ctx.splits_changed:
             self._versions = (-1, -1)
 
+    @contextmanager
+    def snapshot(self) -> Iterator[sqlite3.Connection]:
+        """This thread's connection inside one consistent read (or its open transaction)."""
+        conn = self.connection()
+        if conn.in_transaction:
+            yield conn
+            return
+        conn.execute("BEGIN")
+        try:
+            yield conn
+        finally:
+            conn.execute("COMMIT")
+
     def begin_write(self) -> sqlite3.Connection:
         """Begin a write transaction on this thread's connection (for DML inside a transaction)."""
         conn = self.connection()
@@ -331,13 +344,10 @@ class Store:
             return conn.execute(f"{select} WHERE {where}{order}", params).fetchall()
         condition = key_condition(schema)
         rows: list[tuple[Any, ...]] = []
-        conn.execute("BEGIN")
-        try:
+        with self.snapshot() as conn:
             for key in keys:
                 found = conn.execute(f"{select} WHERE {condition}", storage_key(schema, key))
                 rows.extend(found.fetchall())
-        finally:
-            conn.execute("COMMIT")
         return rows
 
     # -- splits ------------------------------------------------------------------------------

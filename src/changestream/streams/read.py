@@ -169,9 +169,7 @@ class ChangeStreamReader:
         self, split_id: int, after: tuple[int, int]
     ) -> tuple[int, int | None, list[tuple[int, int, bytes]]]:
         """In one consistent read: the watermark, the split's end, and the next log rows."""
-        conn = self._store.connection()
-        conn.execute("BEGIN")
-        try:
+        with self._store.snapshot() as conn:
             watermark = self._watermark(conn)
             if (
                 conn.execute(
@@ -197,8 +195,6 @@ class ChangeStreamReader:
                 " AND commit_ts <= ? ORDER BY commit_ts, record_sequence LIMIT ?",
                 (self._request.stream.stream_id, split_id, after[0], after[1], upper, _BATCH),
             ).fetchall()
-        finally:
-            conn.execute("COMMIT")
         # A full batch may not reach ``upper`` yet: report -1 so the caller reads on first.
         return (upper if len(rows) < _BATCH else -1), end_ts, rows
 
