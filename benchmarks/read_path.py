@@ -30,7 +30,7 @@ DDL = (
 COLUMNS = ["OrderId", "Customer", "Amount", "Note"]
 
 
-def load(db: changestream.Database, transactions: int) -> tuple[int, float]:
+def load(db: changestream.EmbeddedDatabase, transactions: int) -> tuple[int, float]:
     """Create the table and stream and commit the transactions; returns (created, seconds)."""
     db.execute_ddl(DDL)
     created = db.execute_ddl(f"CREATE CHANGE STREAM {STREAM} FOR Orders")
@@ -45,7 +45,9 @@ def load(db: changestream.Database, transactions: int) -> tuple[int, float]:
     return created, time.perf_counter() - started
 
 
-def read_function(db: changestream.Database, created: int, end: int, token: str) -> tuple[int, int]:
+def read_function(
+    db: changestream.EmbeddedDatabase, created: int, end: int, token: str
+) -> tuple[int, int]:
     """(records, mods) read through the read function."""
     records = mods = 0
     for record in db.read_change_stream(STREAM, created, end, token, 10_000):

@@ -119,6 +119,14 @@ class Store:
         return self._pool.get()
 
     def _initialize(self) -> None:
+        """Create the system tables on first use; an initialized file needs no write lock,
+        so a database can be opened while another process is writing."""
+        conn = self.connection()
+        created = conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '_cs_meta'"
+        ).fetchone()
+        if created and conn.execute("SELECT 1 FROM _cs_meta").fetchone():
+            return
         with self._begin() as conn:
             for statement in SYSTEM_TABLES.split(";"):
                 if statement.strip():

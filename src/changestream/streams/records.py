@@ -106,8 +106,11 @@ class DataChangeRecord(_JsonRecord):
                 "is_last_record_in_transaction_in_partition"
             ],
             table_name=data["table_name"],
-            column_types=tuple(ColumnTypeInfo(**c) for c in data["column_types"]),
-            mods=tuple(Mod(**m) for m in data["mods"]),
+            column_types=tuple(
+                ColumnTypeInfo(c["name"], c["type"], c["is_primary_key"], c["ordinal_position"])
+                for c in data["column_types"]
+            ),
+            mods=tuple([Mod(m["keys"], m["new_values"], m["old_values"]) for m in data["mods"]]),
             mod_type=data["mod_type"],
             value_capture_type=data["value_capture_type"],
             number_of_records_in_transaction=data["number_of_records_in_transaction"],
