@@ -241,3 +241,14 @@ def test_threads_share_one_database(db: changestream.EmbeddedDatabase) -> None:
 def test_embedded_database_satisfies_the_interface(db: changestream.EmbeddedDatabase) -> None:
     assert isinstance(db, changestream.Database)
     assert isinstance(db.transaction(), changestream.TransactionLike)
+
+
+def test_query_errors_are_changestream_errors(db: changestream.EmbeddedDatabase) -> None:
+    db.execute_ddl(SINGERS)
+    with pytest.raises(NotFound, match=r"no such table: Nope .*tables: Singers"):
+        db.execute_sql("SELECT * FROM Nope")
+    with pytest.raises(InvalidArgument, match="no such column"):
+        db.execute_sql("SELECT nope FROM Singers")
+    with pytest.raises(InvalidArgument, match="syntax error"):
+        db.execute_sql("SELECT 1 AS nothing")  # an SQLite keyword as a bare alias
+    assert list(db.execute_sql("SELECT 1 AS `nothing`")) == [[1]]

@@ -30,7 +30,6 @@ from changestream.streams.records import (
 )
 from changestream.types import COMMIT_TIMESTAMP
 
-
 __version__ = "0.1.0"
 
 

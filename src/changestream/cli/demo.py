@@ -1,10 +1,11 @@
 """``changestream demo``: a guided tour of change streams on a fresh database.
 
-The tour follows the seed's bank-transfer example and its query workflow step by step:
+The tour follows the bank-transfer example and the query workflow of Spanner's change streams
+documentation ("Change streams partitions, records, and queries") step by step:
 
 1. create the ``AccountBalance`` table and three change streams (one per value capture type);
 2. insert accounts, split the key space so ``Id1`` and ``Id2`` live in different partitions,
-   and commit the seed's transfer (Id1 1500 → 1000, Id2 1500 → 2000) in one transaction;
+   and commit the example's transfer (Id1 1500 → 1000, Id2 1500 → 2000) in one transaction;
 3. run the initial query (no partition token), then query the partitions it names, and their
    children, wave by wave, until the transfer's two records (one per partition) come back;
 4. merge two partitions and show that both parents announce the same child, which is read only
@@ -85,8 +86,8 @@ FROM "spanner"."read_json_{STREAM}" (
 )"""
 
 
-def seed_json(value: Any, indent: int = 0, room: int = 76) -> str:
-    """Indented JSON laid out like the seed's examples: an object or array that fits in
+def documented_json(value: Any, indent: int = 0, room: int = 76) -> str:
+    """Indented JSON laid out like the documentation's examples: an object or array that fits in
     ``room`` characters stays on one line, so ``"type": {"code": "STRING"}`` reads as one."""
     inline = json.dumps(value, ensure_ascii=False)
     if not isinstance(value, dict | list) or not value or len(inline) <= room - indent:
@@ -96,10 +97,15 @@ def seed_json(value: Any, indent: int = 0, room: int = 76) -> str:
         items = []
         for key, item in value.items():
             name = json.dumps(key, ensure_ascii=False) + ": "
-            items.append(pad + name + seed_json(item, indent + 2, room - len(name)))
+            items.append(pad + name + documented_json(item, indent + 2, room - len(name)))
         return "{\n" + ",\n".join(items) + "\n" + " " * indent + "}"
-    items = [pad + seed_json(item, indent + 2, room) for item in value]
+    items = [pad + documented_json(item, indent + 2, room) for item in value]
     return "[\n" + ",\n".join(items) + "\n" + " " * indent + "]"
+
+
+def plural(count: int, noun: str) -> str:
+    """``1 partition``, ``2 partitions``."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,28 +135,34 @@ class Tour:
         self._highlight = JSONHighlighter()
         self.created = 0
         self.transfer_ts = 0
-        self.tail_records = 0
+        self.tail_data_records = 0
         self.tail_heartbeats = 0
         self.tail_transfers = 0
 
     # -- printing ------------------------------------------------------------------------------
 
     def step(self, title: str, explanation: str) -> None:
+        """Start a step: a rule with its title, then one line saying what it shows."""
         self.console.print()
         self.console.rule(Text(title, style="bold"))
         self.console.print(Text(explanation))
 
     def note(self, text: str) -> None:
+        """An observation, marked with an arrow."""
         self.console.print(Text("→ " + text, style="cyan"))
 
     def show_json(self, value: Any) -> None:
-        self.console.print(self._highlight(seed_json(orjson.loads(json_line(value)))))
+        """``value`` as highlighted JSON; datetimes, NUMERIC and BYTES as ``changestream sql``
+        prints them."""
+        plain = orjson.loads(json_line(value))
+        self.console.print(self._highlight(documented_json(plain)))
 
     def show(self, record: ChangeRecord) -> None:
-        """A record in the seed's shape: ``{"data_change_record": {...}}`` and so on."""
+        """A record in the documented shape: ``{"data_change_record": {...}}`` and so on."""
         self.show_json({record.record_type: record.to_dict()})
 
     def partition_names(self, stream: str) -> dict[str, Partition]:
+        """Every partition of ``stream`` by token, to describe them by key range."""
         return {p.token: p for p in self.db.partition_history(stream)}
 
     # -- writing -------------------------------------------------------------------------------
@@ -174,10 +186,12 @@ class Tour:
     # -- the steps -----------------------------------------------------------------------------
 
     def create_schema(self) -> None:
+        """Step 1: the table and three change streams."""
         self.step(
             "1. Schema",
-            "The seed's AccountBalance table, and three change streams watching it, one per "
-            "value capture type (OLD_AND_NEW_VALUES is the default).",
+            "The AccountBalance table of Spanner's change streams documentation, and three "
+            "change streams watching it, each with another value capture type "
+            "(OLD_AND_NEW_VALUES is the default).",
         )
         for statement in SCHEMA:
             self.console.print(Text("  " + statement, style="green"))
@@ -185,6 +199,7 @@ class Tour:
         self.note(f"change streams created at {format_ts(self.created)}")
 
     def insert_accounts(self) -> None:
+        """Step 2: the accounts, 1500 each."""
         self.step(
             "2. Accounts",
             "Insert the accounts; LastUpdate takes the commit timestamp "
@@ -200,12 +215,12 @@ class Tour:
             self.note(f"{account}: {STARTING_BALANCE}")
 
     def split_key_space(self) -> None:
+        """Step 3: split so Id1, Id2 and Id3 are in three partitions."""
         self.step(
             "3. Splits",
             "Split the key space at Id2 and at Id3, as the database does under load, so Id1 "
             "and Id2 land in different partitions. A split ends the parent partition and "
-            "starts its children at the split time. Keys print as table/encoded key: "
-            "AccountBalance/024964320000 is Id2 (02 marks a value, 496432 is 'Id2').",
+            "starts its children at the split time.",
         )
         self.db.split_at(TABLE, ("Id2",))
         self.db.split_at(TABLE, ("Id3",))
@@ -213,7 +228,8 @@ class Tour:
             lineage_tree(f"change stream {STREAM}", self.db.partition_history(STREAM))
         )
 
-    def seed_transfer(self) -> None:
+    def first_transfer(self) -> None:
+        """Step 4: the documentation's transfer, across two partitions."""
         self.step(
             "4. The transfer",
             f"One transaction tagged {TRANSFER_TAG!r}: Id1 1500 → 1000 and Id2 1500 → 2000.",
@@ -239,7 +255,7 @@ class Tour:
     def follow(
         self, stream: str, first: list[PartitionQuery], end: int, show: bool
     ) -> WorkflowResult:
-        """Run the seed's query workflow from ``first`` up to ``end``.
+        """Run the documented query workflow from ``first`` up to ``end``.
 
         Each wave queries its partitions in parallel (one thread each) and then prints their
         records in a fixed order. A child partition joins the next wave only once every one
@@ -263,7 +279,9 @@ class Tour:
             while wave:
                 number += 1
                 if show:
-                    self.note(f"wave {number}: {len(wave)} partition(s), one query thread each")
+                    self.note(
+                        f"wave {number}: {plural(len(wave), 'partition')}, queried in parallel"
+                    )
                 next_wave: list[PartitionQuery] = []
                 for query, records in zip(wave, pool.map(read, wave), strict=True):
                     if show:
@@ -287,28 +305,38 @@ class Tour:
                                 for c in record.child_partitions
                             )
                     finished.add(query.token)
-                    for child in children:
-                        if child.token in scheduled:
-                            continue
-                        waiting_for = [p for p in child.parents if p not in finished]
-                        if waiting_for:
-                            if show:
-                                self.note(
-                                    f"child {short_token(child.token)} must wait for its other "
-                                    f"parent(s): {', '.join(short_token(p) for p in waiting_for)}"
-                                )
-                            continue
-                        if show and len(child.parents) > 1:
-                            self.note(
-                                f"all parents of {short_token(child.token)} have finished: "
-                                "it is read in the next wave"
-                            )
-                        scheduled.add(child.token)
-                        next_wave.append(child)
+                    next_wave += self._ready(children, finished, scheduled, show)
                 wave = next_wave
         return result
 
+    def _ready(
+        self, children: list[PartitionQuery], finished: set[str], scheduled: set[str], show: bool
+    ) -> list[PartitionQuery]:
+        """The children that may be read now: each only once, and only after all its parents
+        finished. A merge child announced by its first parent waits for the others."""
+        ready: list[PartitionQuery] = []
+        for child in children:
+            if child.token in scheduled:
+                continue
+            waiting_for = [p for p in child.parents if p not in finished]
+            if waiting_for:
+                if show:
+                    self.note(
+                        f"child {short_token(child.token)} must wait for its other parent(s): "
+                        f"{', '.join(short_token(p) for p in waiting_for)}"
+                    )
+                continue
+            if show and len(child.parents) > 1:
+                self.note(
+                    f"all parents of {short_token(child.token)} have finished: "
+                    "it is read in the next wave"
+                )
+            scheduled.add(child.token)
+            ready.append(child)
+        return ready
+
     def query_workflow(self) -> None:
+        """Steps 5 and 6: the initial query, then the partitions down to the live ones."""
         self.step(
             "5. The initial query",
             "With partition_token NULL, the read function answers with a child partitions "
@@ -333,6 +361,7 @@ class Tour:
         )
 
     def merge(self) -> None:
+        """Step 7: a merge, announced by both parents, read after both."""
         self.step(
             "7. A merge",
             "Merge the partitions of [Id2, Id3) and [Id3, ∞) into one, then move 250 from Id2 "
@@ -355,6 +384,7 @@ class Tour:
         self.note(f"both parents returned the same child partitions record: {same}")
 
     def value_capture_types(self) -> None:
+        """Step 8: the transfer through the NEW_VALUES and NEW_ROW streams."""
         self.step(
             "8. Value capture types",
             "The same transfer through the NEW_VALUES stream (new values of the changed "
@@ -368,6 +398,7 @@ class Tour:
                 self.show(record)
 
     def sql_dialects(self) -> None:
+        """Step 9: the read function through execute_sql in both dialects."""
         self.step(
             "9. The same query in SQL",
             "execute_sql runs the read function in GoogleSQL and PostgreSQL syntax; here "
@@ -384,6 +415,7 @@ class Tour:
                 self.show_json(dict(zip(result.fields, row, strict=True)))
 
     def tail(self, seconds: float) -> None:
+        """Step 10: live partitions, read while a background writer commits."""
         self.step(
             "10. Tailing live partitions",
             f"Read every live partition with end_timestamp NULL and a "
@@ -452,9 +484,9 @@ class Tour:
                 thread.join(timeout=2 * TAIL_HEARTBEAT_MS / 1000)
 
     def _print_live(self, token: str, record: ChangeRecord) -> None:
-        self.tail_records += 1
         prefix = f"{time.strftime('%H:%M:%S')}  {short_token(token)}  {record.record_type}  "
         if isinstance(record, DataChangeRecord):
+            self.tail_data_records += 1
             changes = ", ".join(
                 f"{mod.keys['AccountId']} {mod.old_values.get('Balance')} → "
                 f"{mod.new_values.get('Balance')}"
@@ -462,7 +494,8 @@ class Tour:
             )
             line = (
                 f"tx {record.server_transaction_id} {record.mod_type} {changes} "
-                f"({record.number_of_partitions_in_transaction} partition(s) in transaction)"
+                f"(the transaction touched "
+                f"{plural(record.number_of_partitions_in_transaction, 'partition')})"
             )
         else:
             if isinstance(record, HeartbeatRecord):
@@ -471,6 +504,7 @@ class Tour:
         self.console.print(Text(prefix + line))
 
     def summary(self, path: str | None) -> None:
+        """The balances (the total never changes) and what the tour showed."""
         self.step("Summary", "What the tour showed, and where the money is.")
         table = Table("account", "balance")
         rows = self.db.read(TABLE, columns=["AccountId", "Balance"])
@@ -483,8 +517,9 @@ class Tour:
             "a transaction spanning two partitions returns one record from each "
             "(number_of_partitions_in_transaction = 2)",
             "a merge child is announced by both parents and read after both finished",
-            f"tailing: {self.tail_records} records, {self.tail_heartbeats} heartbeats, "
-            f"{self.tail_transfers} transfers committed",
+            f"tailing: {plural(self.tail_transfers, 'transfer')} committed, "
+            f"{plural(self.tail_data_records, 'data change record')} and "
+            f"{plural(self.tail_heartbeats, 'heartbeat')} read",
         ]
         for line in lines:
             self.note(line)
@@ -516,7 +551,7 @@ def run_tour(db: EmbeddedDatabase, console: Console, tail_seconds: float, path: 
     tour.create_schema()
     tour.insert_accounts()
     tour.split_key_space()
-    tour.seed_transfer()
+    tour.first_transfer()
     tour.query_workflow()
     tour.merge()
     tour.value_capture_types()

@@ -39,7 +39,7 @@ class _Group(click.Group):
             # from complaining again when it flushes stdout at exit.
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, sys.stdout.fileno())
-            ctx.exit(EXIT_ERROR)
+            ctx.exit(1)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -47,8 +47,8 @@ class _Group(click.Group):
 def main() -> None:
     """Spanner-style change streams over an embedded database file.
 
-    PATH is a database file (":memory:" for a throwaway one). Start with
-    `changestream demo` for a guided tour.
+    Start with `changestream demo` for a guided tour. Errors print as
+    "error: ..." and exit with status 2; Ctrl-C exits with status 130.
     """
 
 

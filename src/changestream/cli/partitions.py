@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import click
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
@@ -79,19 +78,11 @@ def partitions(path: str, stream: str, at: str | None, as_json: bool) -> None:
         for partition in found:
             click.echo(json_line(partition.to_dict()))
         return
-    console = Console(soft_wrap=True)
+    console = Console()
     if at is None:
         console.print(lineage_tree(f"change stream {stream}", found))
         return
-    table = Table(title=Text(f"partitions of {stream} live at {at}"))
-    for column in ("token", "key range", "start", "end"):
-        table.add_column(column, no_wrap=True)
+    live = Tree(Text(f"partitions of {stream} live at {at}"))
     for partition in found:
-        end = "live" if partition.end_timestamp is None else format_ts(partition.end_timestamp)
-        table.add_row(
-            Text(short_token(partition.token)),
-            Text(f"[{partition.start_key}, {partition.end_key})"),
-            Text(format_ts(partition.start_timestamp)),
-            Text(end),
-        )
-    console.print(table)
+        live.add(Text(describe(partition)))
+    console.print(live)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from changestream.clock import Clock, format_ts, parse_ts
-from changestream.errors import InvalidArgument
+from changestream.errors import InvalidArgument, NotFound
 from changestream.sql.statements import (
     DmlStatement,
     ReadFunctionCall,
@@ -123,9 +124,16 @@ class EmbeddedDatabase(Store):
                 "db.transaction()"
             )
         assert isinstance(statement, SelectQuery)
-        cursor = self.connection().execute(statement.sql, statement.params)
+        try:
+            cursor = self.connection().execute(statement.sql, statement.params)
+            rows = cursor.fetchall()
+        except sqlite3.Error as exc:
+            if "no such table" in str(exc):
+                known = ", ".join(sorted(self.catalog().tables)) or "none"
+                raise NotFound(f"query failed: {exc} (tables: {known})") from exc
+            raise InvalidArgument(f"query failed: {exc}") from exc
         fields = [d[0] for d in cursor.description or ()]
-        return ResultSet(fields, iter([list(row) for row in cursor.fetchall()]))
+        return ResultSet(fields, iter([list(row) for row in rows]))
 
     def _partition(self, secret: str, stream_id: int, created: int, split: Split) -> Partition:
         tables = self.catalog().tables
