@@ -23,6 +23,8 @@ from changestream.store.changes import CaptureFn, CommitContext
 from changestream.store.codec import RowCodec
 from changestream.store.connections import ConnectionPool, translate_busy
 from changestream.store.keys import KeyRange, encode_key, quote
+from changestream.store.policy import Action, SplitPolicy, load_policy, save_policy
+from changestream.store.rebalancer import Rebalancer
 from changestream.store.rows import check_columns, key_condition, storage_key
 from changestream.store.splits import Split, SplitMap
 from changestream.store.sqlite_layout import SYSTEM_TABLES
@@ -93,12 +95,14 @@ class Store:
         self._versions = (-1, -1)
         self._last_gc_us = 0
         self._codecs: dict[tuple[str, tuple[str, ...]], RowCodec] = {}
+        self._rebalancer = Rebalancer(self)
         self._initialize()
 
     # -- lifecycle -------------------------------------------------------------------------
 
     def close(self) -> None:
         """Close every connection; the object cannot be used afterwards."""
+        self._rebalancer.stop()
         self._pool.close()
         if self._tempdir is not None:
             shutil.rmtree(self._tempdir, ignore_errors=True)
@@ -137,6 +141,7 @@ class Store:
                     "INSERT INTO _cs_meta VALUES (1, ?, 0, 0, 0, 0, ?)", (ts, secrets.token_hex(16))
                 )
                 split_ops.create_initial_split(conn, ts)
+                save_policy(conn, SplitPolicy())
 
     # -- state -----------------------------------------------------------------------------
 
@@ -189,6 +194,12 @@ class Store:
         return self.read_meta(self.connection()).last_commit_ts
 
     # -- write transactions -----------------------------------------------------------------
+
+    @contextmanager
+    def locked(self) -> Iterator[sqlite3.Connection]:
+        """A plain write transaction on this thread's connection (for engine bookkeeping)."""
+        with self._begin() as conn:
+            yield conn
 
     @contextmanager
     def _begin(self) -> Iterator[sqlite3.Connection]:
@@ -258,6 +269,7 @@ class Store:
     def commit_write(self, conn: sqlite3.Connection) -> None:
         with translate_busy(self._pool.busy_timeout):
             conn.execute("COMMIT")
+        self._rebalancer.ensure_started()
 
     def capture(self, ctx: WriteContext, context: CommitContext) -> None:
         """Run change capture and append its rows to the change log, in the open transaction."""
@@ -360,9 +372,9 @@ class Store:
 
     # -- splits ------------------------------------------------------------------------------
 
-    def _change_splits(self, table: str, key: Sequence[Any], merge: bool) -> int:
+    def change_split_boundary(self, boundary: bytes, merge: bool) -> int:
+        """Split at an encoded ``boundary``, or merge the splits meeting there; returns when."""
         with self.write() as ctx:
-            boundary = encode_key(ctx.catalog.table(table), key)
             ts = ctx.allocate_commit_ts()
             if merge:
                 split_ops.merge_at(ctx.conn, ctx.splits, boundary, ts)
@@ -373,8 +385,23 @@ class Store:
 
     def split_at(self, table: str, key: Sequence[Any]) -> int:
         """Split the split holding ``key`` of ``table`` at that key; returns the split time."""
-        return self._change_splits(table, key, merge=False)
+        return self.change_split_boundary(encode_key(self.catalog().table(table), key), False)
 
     def merge_at(self, table: str, key: Sequence[Any]) -> int:
         """Merge the two splits meeting at ``key`` of ``table``; returns the merge time."""
-        return self._change_splits(table, key, merge=True)
+        return self.change_split_boundary(encode_key(self.catalog().table(table), key), True)
+
+    def split_policy(self) -> SplitPolicy:
+        """The database's split policy (shared by every process)."""
+        return load_policy(self.connection())
+
+    def set_split_policy(self, policy: SplitPolicy | None = None, **changes: Any) -> SplitPolicy:
+        """Replace the split policy, or change some of its settings; returns the new one."""
+        with self.locked() as conn:
+            updated = (policy or load_policy(conn)).replace(**changes)
+            save_policy(conn, updated)
+        return updated
+
+    def rebalance(self) -> list[Action]:
+        """Apply the split policy now; returns the splits and merges made."""
+        return self._rebalancer.run_once()

@@ -117,6 +117,24 @@ def _decode_value(ctype: ColumnType, encoded: bytes, at: int) -> tuple[Any, int]
     return (raw_bytes.decode("utf-8") if code == "STRING" else raw_bytes), at
 
 
+def decode_key(encoded: bytes, tables: Mapping[str, Table]) -> tuple[str, tuple[Any, ...]] | None:
+    """The table and key (or key prefix) an encoded boundary stands for, with values in their
+    SQLite storage form; None for the ends of the key space or an unknown table."""
+    if not encoded:
+        return None
+    name_bytes, at = _unescape(encoded, 0)
+    table = tables.get(name_bytes.decode("utf-8", "replace"))
+    if table is None or encoded[at:] == _TABLE_END:
+        return None
+    values = []
+    for column in table.key_columns:
+        if at >= len(encoded):
+            break
+        value, at = _decode_value(column.type, encoded, at)
+        values.append(value)
+    return table.name, tuple(values)
+
+
 def describe_key(encoded: bytes | None, tables: Mapping[str, Table] | None = None) -> str:
     """A readable form of a split boundary: ``Table(key, ...)``, decoded when the table is
     known, ``-∞``/``∞`` at the ends of the key space."""
@@ -126,20 +144,14 @@ def describe_key(encoded: bytes | None, tables: Mapping[str, Table] | None = Non
         return "-∞"
     name_bytes, at = _unescape(encoded, 0)
     name = name_bytes.decode("utf-8", "replace")
-    table = (tables or {}).get(name)
     if at >= len(encoded):
         return name
     if encoded[at:] == _TABLE_END:
         return f"{name}(end)"
-    if table is None:
+    decoded = decode_key(encoded, tables or {})
+    if decoded is None:
         return f"{name}/{encoded[at:].hex()}"
-    parts = []
-    for column in table.key_columns:
-        if at >= len(encoded):
-            break
-        value, at = _decode_value(column.type, encoded, at)
-        parts.append(repr(value))
-    return f"{name}({', '.join(parts)})"
+    return f"{name}({', '.join(repr(v) for v in decoded[1])})"
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,6 +46,25 @@ CREATE TABLE IF NOT EXISTS _cs_log (
     PRIMARY KEY (stream_id, split_id, commit_ts, record_sequence)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS _cs_log_age ON _cs_log (stream_id, commit_ts);
+CREATE TABLE IF NOT EXISTS _cs_split_load (
+    split_id INTEGER NOT NULL,
+    bucket INTEGER NOT NULL,
+    mods INTEGER NOT NULL,
+    PRIMARY KEY (split_id, bucket)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS _cs_split_samples (
+    split_id INTEGER NOT NULL,
+    commit_ts INTEGER NOT NULL,
+    key BLOB NOT NULL,
+    weight INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS _cs_split_samples_by_split ON _cs_split_samples (split_id, commit_ts);
+CREATE TABLE IF NOT EXISTS _cs_policy (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    definition TEXT NOT NULL,
+    leader TEXT,
+    lease_expires INTEGER NOT NULL DEFAULT 0
+);
 """
 
 # SQLite picks a column's affinity from substrings of its declared type, and Python's sqlite3

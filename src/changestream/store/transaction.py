@@ -21,6 +21,7 @@ from changestream.store.changes import CommitContext, InsertBatch, RowChange
 from changestream.store.codec import RowCodec
 from changestream.store.database import WriteContext
 from changestream.store.keys import KeyRange, encode_key, quote
+from changestream.store.load import SplitLoad, record_load
 from changestream.store.rows import key_condition, normalized_key
 from changestream.store.splits import Split
 from changestream.types import COMMIT_TIMESTAMP, to_sqlite
@@ -258,6 +259,44 @@ class ChangeTracker:
             )
 
 
+def _assign_splits(
+    ctx: WriteContext, changes: list[RowChange | InsertBatch]
+) -> dict[int, SplitLoad]:
+    """Set the split of every change; return each split's mod count and one written key."""
+    whole_table: dict[str, Split | None] = {}
+    load: dict[int, SplitLoad] = {}
+
+    def count(split_id: int, mods: int, table: Table, key: tuple[Any, ...]) -> None:
+        entry = load.get(split_id)
+        if entry is None:
+            load[split_id] = SplitLoad(mods, encode_key(table, key, normalized=True))
+        else:
+            entry.mods += mods
+
+    for change in changes:
+        table = change.codec.table if isinstance(change, InsertBatch) else change.table
+        if table.name not in whole_table:
+            whole_table[table.name] = ctx.splits.single_split_for_table(table.name)
+        split = whole_table[table.name]
+        if isinstance(change, InsertBatch):
+            keys = [change.codec.key(row) for row in change.rows]
+            if split is not None:
+                change.split_id = split.split_id
+                count(split.split_id, len(keys), table, keys[len(keys) // 2])
+                continue
+            change.split_ids = []
+            for key in keys:
+                split_id = ctx.splits.find(encode_key(table, key, normalized=True)).split_id
+                change.split_ids.append(split_id)
+                count(split_id, 1, table, key)
+            continue
+        if split is None:
+            split = ctx.splits.find(encode_key(table, change.key, normalized=True))
+        change.split_id = split.split_id
+        count(split.split_id, 1, table, change.key)
+    return load
+
+
 def _overwrite(change: RowChange, after: dict[str, Any] | None, written: set[str]) -> None:
     """Fold a later write to the same row into its change; a row re-created after a delete
     has had every column written."""
@@ -419,26 +458,7 @@ class Transaction:
             tracker.apply(mutation)
         ctx.meta.txn_seq += 1
         changes = tracker.ordered_changes()
-        whole_table: dict[str, Split | None] = {}
-        for change in changes:
-            table = change.codec.table if isinstance(change, InsertBatch) else change.table
-            if table.name not in whole_table:
-                whole_table[table.name] = ctx.splits.single_split_for_table(table.name)
-            split = whole_table[table.name]
-            if isinstance(change, InsertBatch):
-                if split is not None:
-                    change.split_id = split.split_id
-                else:
-                    change.split_ids = [
-                        ctx.splits.find(
-                            encode_key(table, change.codec.key(row), normalized=True)
-                        ).split_id
-                        for row in change.rows
-                    ]
-                continue
-            if split is None:
-                split = ctx.splits.find(encode_key(table, change.key, normalized=True))
-            change.split_id = split.split_id
+        load = _assign_splits(ctx, changes)
         context = CommitContext(
             commit_ts=ts,
             server_transaction_id=f"{ctx.meta.txn_seq}",
@@ -448,6 +468,8 @@ class Transaction:
             catalog=ctx.catalog,
         )
         self._store.capture(ctx, context)
+        if load:
+            record_load(ctx.conn, ts, load)
 
     def rollback(self) -> None:
         """Discard everything; the transaction cannot be used afterwards."""

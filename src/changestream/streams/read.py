@@ -28,6 +28,9 @@ MIN_HEARTBEAT_MS = 1000
 MAX_HEARTBEAT_MS = 300_000
 _BATCH = 500
 _MAX_POLL_S = 0.05
+#: How long a due heartbeat may wait for a writer to release the lock before it goes out
+#: with the timestamp already known to be safe.
+_LOCK_GRACE_S = 0.2
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,11 +234,14 @@ class ChangeStreamReader:
                 continue
             idle = time.monotonic() - last_emit
             if idle >= heartbeat_s:
-                if self._store.advance_safe_ts() is not None:
-                    through, _, rows = self._snapshot(split.split_id, cursor)
-                    if rows:
-                        continue
-                    delivered = max(delivered, through)
+                if self._store.advance_safe_ts() is None and idle < heartbeat_s + _LOCK_GRACE_S:
+                    # A writer holds the lock: its commit will move the watermark soon.
+                    waiter.wait(0.005)
+                    continue
+                through, _, rows = self._snapshot(split.split_id, cursor)
+                if rows:
+                    continue
+                delivered = max(delivered, through)
                 yield HeartbeatRecord(delivered, token)
                 last_emit = time.monotonic()
                 continue

@@ -1,0 +1,92 @@
+"""Runs the split policy: on demand, and in the background of one writing process at a time."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+from typing import TYPE_CHECKING
+
+from changestream.errors import ChangeStreamError, DatabaseBusy, DatabaseClosed, FailedPrecondition
+from changestream.store.load import forget_before
+from changestream.store.policy import Action, load_policy, measure, plan, take_leadership
+from changestream.store.splits import splits_live_at
+
+if TYPE_CHECKING:
+    from changestream.store.database import Store
+
+log = logging.getLogger(__name__)
+
+
+class Rebalancer:
+    """Measures the live splits and applies the policy's splits and merges."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._me = f"{socket.gethostname()}:{os.getpid()}:{id(self):x}"
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def run_once(self) -> list[Action]:
+        """One pass of the policy; returns the splits and merges it made."""
+        store = self._store
+        now = store.now()
+        with store.snapshot() as conn:
+            policy = load_policy(conn)
+            tables = store.catalog().tables
+            live = splits_live_at(conn, store.read_meta(conn).last_commit_ts)
+            actions = plan(conn, measure(conn, live, tables, policy, now), tables, policy, now)
+        done = []
+        for action in actions:
+            try:
+                store.change_split_boundary(action.boundary, merge=action.merge)
+            except FailedPrecondition as exc:
+                log.debug("skipped %s: %s", action, exc)
+                continue
+            log.info("%s: %s", "merged" if action.merge else "split", action.reason)
+            done.append(action)
+        with store.locked() as conn:
+            forget_before(conn, now - int(policy.window_seconds * 2_000_000))
+        return done
+
+    def ensure_started(self) -> None:
+        """Start the background loop in this process, once."""
+        if self._thread is not None:
+            return
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._loop, name="changestream-rebalancer", daemon=True
+                )
+                self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+
+    def _loop(self) -> None:
+        interval = 1.0
+        while not self._stop.wait(interval):
+            try:
+                interval = self._tick()
+            except (DatabaseClosed, DatabaseBusy):
+                if self._store.closed:
+                    return
+            except ChangeStreamError:
+                log.exception("split policy pass failed")
+            except Exception:
+                log.exception("split policy pass failed unexpectedly")
+
+    def _tick(self) -> float:
+        """Lead if no other process does, and run the policy; returns the next wait."""
+        store = self._store
+        with store.locked() as conn:
+            policy = load_policy(conn)
+            lease = int(policy.check_interval_seconds * 3_000_000)
+            leading = policy.enabled and take_leadership(conn, self._me, store.now(), lease)
+        if leading:
+            self.run_once()
+        return policy.check_interval_seconds
