@@ -13,6 +13,7 @@ import changestream
 from changestream.cli.common import open_database
 from changestream.cli.demo import demo
 from changestream.cli.partitions import partitions
+from changestream.cli.policy import policy
 from changestream.cli.sql import sql
 from changestream.clock import format_ts
 from changestream.errors import ChangeStreamError
@@ -70,4 +71,5 @@ def ddl(path: str, statements: tuple[str, ...]) -> None:
 
 main.add_command(sql)
 main.add_command(partitions)
+main.add_command(policy)
 main.add_command(demo)

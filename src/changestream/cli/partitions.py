@@ -19,11 +19,13 @@ def short_token(token: str) -> str:
 
 
 def describe(partition: Partition) -> str:
-    """One line for a partition: short token, key range and time range."""
+    """One line for a partition: short token, key range, time range, and (live ones) the
+    write rate the split policy sees."""
     end = "live" if partition.end_timestamp is None else format_ts(partition.end_timestamp)
+    rate = f"  {partition.write_rate:.1f} mods/s" if partition.end_timestamp is None else ""
     return (
         f"{short_token(partition.token)}  [{partition.start_key}, {partition.end_key})  "
-        f"{format_ts(partition.start_timestamp)} → {end}"
+        f"{format_ts(partition.start_timestamp)} → {end}{rate}"
     )
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +17,7 @@ from changestream.sql.statements import (
 )
 from changestream.store.database import Store
 from changestream.store.keys import describe_key
+from changestream.store.load import write_rates
 from changestream.store.splits import Split, all_splits, splits_live_at
 from changestream.store.transaction import Transaction
 from changestream.streams.capture import ChangeCapture
@@ -38,6 +39,8 @@ class Partition:
     end_key: str
     parent_tokens: tuple[str, ...]
     child_tokens: tuple[str, ...]
+    #: Mods per second written to the partition over the split policy's window (live ones).
+    write_rate: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -48,6 +51,7 @@ class Partition:
             "end_key": self.end_key,
             "parent_tokens": list(self.parent_tokens),
             "child_tokens": list(self.child_tokens),
+            "write_rate": round(self.write_rate, 3),
         }
 
 
@@ -135,37 +139,40 @@ class EmbeddedDatabase(Store):
         fields = [d[0] for d in cursor.description or ()]
         return ResultSet(fields, iter([list(row) for row in rows]))
 
-    def _partition(self, secret: str, stream_id: int, created: int, split: Split) -> Partition:
+    def _partitions(self, stream: str, pick: Callable[[int], list[Split]]) -> list[Partition]:
+        entry = self.catalog().stream(stream)
         tables = self.catalog().tables
+        secret = self.secret
+        conn = self.connection()
+        rates = write_rates(conn, self.now(), self.split_policy().window_seconds)
 
         def token(split_id: int) -> str:
-            return encode_token(secret, PartitionId(stream_id, split_id))
+            return encode_token(secret, PartitionId(entry.stream_id, split_id))
 
-        return Partition(
-            token=token(split.split_id),
-            start_timestamp=max(split.start_ts, created),
-            end_timestamp=split.end_ts,
-            start_key=describe_key(split.start_key, tables),
-            end_key=describe_key(split.end_key, tables),
-            parent_tokens=tuple(token(p) for p in split.parents),
-            child_tokens=tuple(token(c) for c in split.children),
-        )
+        return [
+            Partition(
+                token=token(split.split_id),
+                start_timestamp=max(split.start_ts, entry.created_ts),
+                end_timestamp=split.end_ts,
+                start_key=describe_key(split.start_key, tables),
+                end_key=describe_key(split.end_key, tables),
+                parent_tokens=tuple(token(p) for p in split.parents),
+                child_tokens=tuple(token(c) for c in split.children),
+                write_rate=rates.get(split.split_id, 0.0) if split.end_ts is None else 0.0,
+            )
+            for split in pick(entry.created_ts)
+        ]
 
     def partitions(self, stream: str, at: Any = None) -> list[Partition]:
         """The partitions of ``stream`` live now (or at timestamp ``at``), in key order."""
-        entry = self.catalog().stream(stream)
-        conn = self.connection()
         moment = self.last_commit_ts() if at is None else parse_ts(at, "at")
-        splits = splits_live_at(conn, max(moment, entry.created_ts))
-        secret = self.secret
-        return [self._partition(secret, entry.stream_id, entry.created_ts, s) for s in splits]
+        conn = self.connection()
+        return self._partitions(stream, lambda created: splits_live_at(conn, max(moment, created)))
 
     def partition_history(self, stream: str) -> list[Partition]:
         """Every partition of ``stream`` since it was created, oldest first (the lineage)."""
-        entry = self.catalog().stream(stream)
-        secret = self.secret
-        return [
-            self._partition(secret, entry.stream_id, entry.created_ts, s)
-            for s in all_splits(self.connection())
-            if s.end_ts is None or s.end_ts > entry.created_ts
-        ]
+        conn = self.connection()
+        return self._partitions(
+            stream,
+            lambda created: [s for s in all_splits(conn) if s.end_ts is None or s.end_ts > created],
+        )
