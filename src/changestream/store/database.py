@@ -23,6 +23,7 @@ from changestream.store.changes import CaptureFn, CommitContext
 from changestream.store.codec import RowCodec
 from changestream.store.connections import ConnectionPool, translate_busy
 from changestream.store.keys import KeyRange, encode_key, quote
+from changestream.store.load import forget_before
 from changestream.store.policy import Action, SplitPolicy, load_policy, save_policy
 from changestream.store.rebalancer import Rebalancer
 from changestream.store.rows import check_columns, key_condition, storage_key
@@ -285,17 +286,26 @@ class Store:
         self._collect_garbage(ctx)
 
     def _collect_garbage(self, ctx: WriteContext) -> None:
-        """Drop change records older than each stream's retention, about once a minute."""
+        """About once a minute: drop change records older than each stream's retention, the
+        partitions that ended before every stream's retention window, and old load samples."""
         now = self.now()
         if now - self._last_gc_us < _GC_INTERVAL_US:
             return
         self._last_gc_us = now
+        horizons = []
         for entry in ctx.catalog.streams.values():
             horizon = now - entry.definition.retention_seconds * 1_000_000
+            horizons.append(horizon)
             ctx.conn.execute(
                 "DELETE FROM _cs_log WHERE stream_id = ? AND commit_ts < ?",
                 (entry.stream_id, horizon),
             )
+        if horizons:
+            ctx.conn.execute(
+                "DELETE FROM _cs_splits WHERE end_ts IS NOT NULL AND end_ts < ?", (min(horizons),)
+            )
+        window = load_policy(ctx.conn).window_seconds
+        forget_before(ctx.conn, now - int(window * 2_000_000))
 
     def advance_safe_ts(self) -> int | None:
         """Promise that no future commit will have a timestamp at or below now, when no writer

@@ -9,7 +9,6 @@ import threading
 from typing import TYPE_CHECKING
 
 from changestream.errors import ChangeStreamError, DatabaseBusy, DatabaseClosed, FailedPrecondition
-from changestream.store.load import forget_before
 from changestream.store.policy import Action, load_policy, measure, plan, take_leadership
 from changestream.store.splits import splits_live_at
 
@@ -47,8 +46,6 @@ class Rebalancer:
                 continue
             log.info("%s: %s", "merged" if action.merge else "split", action.reason)
             done.append(action)
-        with store.locked() as conn:
-            forget_before(conn, now - int(policy.window_seconds * 2_000_000))
         return done
 
     def ensure_started(self) -> None:

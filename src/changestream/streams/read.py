@@ -119,7 +119,10 @@ class ChangeStreamReader:
             )
         split = load_split(self._store.connection(), partition.split_id)
         if split is None:
-            raise InvalidToken(f"partition_token {token!r} names no partition of this database")
+            raise OutOfRange(
+                f"partition {token!r} ended before the retention window of change stream "
+                f"{request.stream.definition.name!r}; start again from a recent timestamp"
+            )
         earliest = max(split.start_ts, request.stream.created_ts)
         if request.start < earliest:
             raise OutOfRange(
