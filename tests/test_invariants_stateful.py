@@ -1,0 +1,287 @@
+"""Random transactions, splits, merges and policy runs, with the seed's guarantees checked.
+
+Invariants, checked at the end of every run against the tables and the lineage read with the
+seed's workflow: (1) every committed mod is returned exactly once; (2) within a partition,
+records come in commit order; (3) a key's record lies in the partition whose key range holds
+the key at that time; (4) a child's records come only after all its parents ended; (5)
+replaying the mods in order rebuilds every table exactly; (6) heartbeats never promise falsely.
+``CHANGESTREAM_STORM=long`` runs many more examples.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from typing import Any
+
+from hypothesis import HealthCheck, event, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+import changestream
+from changestream import AlreadyExists, FailedPrecondition, HeartbeatRecord, NotFound
+from changestream.clock import parse_ts
+from changestream.store.keys import encode_key
+from changestream.store.splits import load_split
+from changestream.streams.read import ChangeStreamReader, ReadRequest
+from changestream.streams.tokens import decode_token
+from tests.lineage import read_lineage
+
+LONG = os.environ.get("CHANGESTREAM_STORM") == "long"
+TABLES = {
+    "A": "CREATE TABLE A (K INT64 NOT NULL, V INT64) PRIMARY KEY (K)",
+    "B": "CREATE TABLE B (G STRING(MAX) NOT NULL, N INT64 NOT NULL, V STRING(MAX)) "
+    "PRIMARY KEY (G, N)",
+}
+COLUMNS = {"A": ("K", "V"), "B": ("G", "N", "V")}
+KEY_WIDTH = {"A": 1, "B": 2}
+
+a_keys = st.tuples(st.integers(0, 30))
+b_keys = st.tuples(st.sampled_from(["g", "m", "t"]), st.integers(0, 10))
+table_keys = st.one_of(st.tuples(st.just("A"), a_keys), st.tuples(st.just("B"), b_keys))
+
+
+def value_for(table: str, n: int) -> Any:
+    return n if table == "A" else f"v{n}"
+
+
+operation = st.one_of(
+    st.tuples(
+        st.sampled_from(["insert", "upsert", "update", "replace"]), table_keys, st.integers(0, 99)
+    ),
+    st.tuples(st.just("delete"), table_keys, st.just(0)),
+    st.tuples(st.just("dml_bump_a"), st.just(("A", ())), st.integers(0, 30)),
+    st.tuples(st.just("dml_drop_b"), st.just(("B", ())), st.integers(0, 10)),
+)
+
+
+class Model:
+    """The tables as plain dicts, changed the way Spanner's mutations and our DML change them."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, dict[tuple[Any, ...], Any]] = {"A": {}, "B": {}}
+
+    def copy(self) -> Model:
+        other = Model()
+        other.rows = {t: dict(r) for t, r in self.rows.items()}
+        return other
+
+    def apply(
+        self, op: str, table: str, key: tuple[Any, ...], n: int
+    ) -> set[tuple[str, tuple[Any, ...]]]:
+        """Apply one operation; returns the (table, key) pairs it wrote."""
+        rows = self.rows[table]
+        if op == "insert":
+            if key in rows:
+                raise AlreadyExists(key)
+            rows[key] = value_for(table, n)
+        elif op in ("upsert", "replace"):
+            rows[key] = value_for(table, n)
+        elif op == "update":
+            if key not in rows:
+                raise NotFound(key)
+            rows[key] = value_for(table, n)
+        elif op == "delete":
+            rows.pop(key, None)
+        elif op == "dml_bump_a":
+            hit = [k for k in rows if k[0] < n]
+            for k in hit:
+                rows[k] = None if rows[k] is None else rows[k] + 1
+            return {(table, k) for k in hit}
+        else:
+            hit = [k for k in rows if k[1] > n]
+            for k in hit:
+                del rows[k]
+            return {(table, k) for k in hit}
+        return {(table, key)}
+
+
+def run(tx: changestream.Transaction, op: str, table: str, key: tuple[Any, ...], n: int) -> None:
+    row = [*key, value_for(table, n)]
+    if op == "insert":
+        tx.insert(table, COLUMNS[table], [row])
+    elif op == "upsert":
+        tx.insert_or_update(table, COLUMNS[table], [row])
+    elif op == "replace":
+        tx.replace(table, COLUMNS[table], [row])
+    elif op == "update":
+        tx.update(table, COLUMNS[table], [row])
+    elif op == "delete":
+        tx.delete(table, [key])
+    elif op == "dml_bump_a":
+        tx.execute_update("UPDATE A SET V = V + 1 WHERE K < @n", {"n": n})
+    else:
+        tx.execute_update("DELETE FROM B WHERE N > @n", {"n": n})
+
+
+class ChangeStreamMachine(RuleBasedStateMachine):
+    @initialize()
+    def open_database(self) -> None:
+        self.dir = tempfile.mkdtemp(prefix="cs-stateful-")
+        self.db = changestream.open(os.path.join(self.dir, "db.sqlite"))
+        self.db.set_split_policy(
+            enabled=False,
+            max_rows=8,
+            merge_max_rows=4,
+            max_write_rate=2.0,
+            merge_max_write_rate=1.0,
+            window_seconds=1.0,
+            min_lifetime_seconds=0,
+        )
+        self.db.execute_ddl([*TABLES.values(), "CREATE CHANGE STREAM S FOR ALL"])
+        self.start = self.db.catalog().stream("S").created_ts
+        self.model = Model()
+        # (commit_ts, table, key, mod_type) for every mod the stream must return.
+        self.expected: set[tuple[int, str, tuple[Any, ...], str]] = set()
+        self.heartbeats: list[tuple[str, int, int, set[int]]] = []
+
+    @rule(ops=st.lists(operation, min_size=1, max_size=6))
+    def transaction(self, ops: list[tuple[str, tuple[str, tuple[Any, ...]], int]]) -> None:
+        model = self.model.copy()
+        touched: set[tuple[str, tuple[Any, ...]]] = set()
+        expected_error: type[Exception] | None = None
+        # DML runs when it is called; mutations are buffered and applied at commit (Spanner).
+        in_effect_order = [o for o in ops if o[0].startswith("dml")] + [
+            o for o in ops if not o[0].startswith("dml")
+        ]
+        for op, (table, key), n in in_effect_order:
+            try:
+                touched |= model.apply(op, table, key, n)
+            except (AlreadyExists, NotFound) as exc:
+                expected_error = type(exc)
+                break
+        try:
+            with self.db.transaction() as tx:
+                for op, (table, key), n in ops:
+                    run(tx, op, table, key, n)
+        except (AlreadyExists, NotFound) as exc:
+            assert expected_error is type(exc), (ops, exc)
+            return
+        assert expected_error is None, ops
+        assert tx.commit_timestamp is not None
+        ts = parse_ts(tx.commit_timestamp)
+        for table, key in touched:
+            before, after = key in self.model.rows[table], key in model.rows[table]
+            if before or after:
+                kind = "INSERT" if not before else "DELETE" if not after else "UPDATE"
+                self.expected.add((ts, table, key, kind))
+        self.model = model
+
+    @rule(where=table_keys)
+    def split(self, where: tuple[str, tuple[Any, ...]]) -> None:
+        table, key = where
+        with contextlib.suppress(FailedPrecondition):
+            self.db.split_at(table, key)
+
+    @precondition(lambda self: len(self.db.live_splits()) > 1)
+    @rule(index=st.integers(0, 100))
+    def merge(self, index: int) -> None:
+        boundaries = [s.start_key for s in self.db.live_splits() if s.start_key]
+        self.db.change_split_boundary(boundaries[index % len(boundaries)], merge=True)
+
+    @rule()
+    def rebalance(self) -> None:
+        self.db.rebalance()
+
+    @rule(index=st.integers(0, 100))
+    def heartbeat(self, index: int) -> None:
+        """Read a live partition with a fast heartbeat until one arrives, and remember its
+        promise: nothing in this partition at or below it may show up later."""
+        live = self.db.partitions("S")
+        partition = live[index % len(live)]
+        start = max(self.db.last_commit_ts(), partition.start_timestamp)
+        request = ReadRequest(self.db.catalog().stream("S"), start, None, partition.token, 10_000)
+        seen: set[int] = set()
+        for record in ChangeStreamReader(self.db, request):
+            if isinstance(record, HeartbeatRecord):
+                self.heartbeats.append((partition.token, start, record.timestamp, seen))
+                return
+            if isinstance(record, changestream.DataChangeRecord):
+                seen.add(record.commit_timestamp)
+
+    @invariant()
+    def table_matches_model(self) -> None:
+        if not hasattr(self, "db"):
+            return
+        for table in ("A", "B"):
+            width = KEY_WIDTH[table]
+            actual = {tuple(row[:width]): row[width] for row in self.db.read(table)}
+            assert actual == self.model.rows[table]
+
+    def teardown(self) -> None:
+        if not hasattr(self, "db"):
+            return
+        try:
+            self.check_lineage()
+        finally:
+            self.db.close()
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def check_lineage(self) -> None:
+        end = self.db.last_commit_ts()
+        reads = read_lineage(self.db, "S", self.start, end)
+        by_token = {r.token: r for r in reads}
+        secret = self.db.secret
+        tables = self.db.catalog().tables
+        returned: list[tuple[int, str, tuple[Any, ...], str]] = []
+        replay: dict[str, dict[tuple[Any, ...], Any]] = {"A": {}, "B": {}}
+        ordered = []
+        for read in reads:
+            stamps = [r.commit_timestamp for r in read.records]
+            assert stamps == sorted(stamps)  # (2)
+            split = load_split(self.db.connection(), decode_token(secret, read.token).split_id)
+            assert split is not None
+            for parent in read.parents:  # (4)
+                assert by_token[parent].end == read.start
+                assert all(r.commit_timestamp < read.start for r in by_token[parent].records)
+            for record in read.records:
+                assert record.commit_timestamp >= read.start
+                for mod in record.mods:
+                    key = tuple(
+                        mod.keys[c]
+                        for c in COLUMNS[record.table_name][: KEY_WIDTH[record.table_name]]
+                    )
+                    encoded = encode_key(tables[record.table_name], key)
+                    assert split.contains(encoded)  # (3)
+                    returned.append(
+                        (record.commit_timestamp, record.table_name, key, record.mod_type)
+                    )
+                    ordered.append(
+                        (
+                            record.commit_timestamp,
+                            int(record.record_sequence),
+                            record.table_name,
+                            key,
+                            record.mod_type,
+                            mod.new_values,
+                        )
+                    )
+        assert len(returned) == len(set(returned))  # (1) exactly once
+        assert set(returned) == self.expected  # (1) every mod
+        for _, _, table, key, kind, new_values in sorted(ordered, key=lambda o: o[:2]):
+            if kind == "DELETE":
+                del replay[table][key]
+            else:
+                replay[table][key] = new_values.get("V", replay[table].get(key))
+        assert replay == self.model.rows  # (5)
+        event(f"partitions read: {min(len(reads), 10)}{'+' if len(reads) >= 10 else ''}")
+        event(f"heartbeats checked: {min(len(self.heartbeats), 3)}")
+        for token, start, promised, seen in self.heartbeats:  # (6)
+            read = by_token.get(token)
+            if read is None:
+                continue
+            late = {
+                r.commit_timestamp for r in read.records if start <= r.commit_timestamp <= promised
+            }
+            assert late <= seen, (promised, late - seen)
+
+
+ChangeStreamMachine.TestCase.settings = settings(
+    max_examples=200 if LONG else int(os.environ.get("CS_EXAMPLES", "15")),
+    stateful_step_count=60 if LONG else 25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+TestChangeStreamInvariants = ChangeStreamMachine.TestCase
