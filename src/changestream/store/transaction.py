@@ -30,6 +30,8 @@ if TYPE_CHECKING:
     from changestream.store.database import Store
 
 ChangeKey = tuple[str, tuple[Any, ...]]
+#: Keys per statement when fetching rows by key (SQLite allows 32,766 parameters).
+_CHUNK = 500
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,13 +95,6 @@ class ChangeTracker:
         else:
             _overwrite(change, after, written)
 
-    def _current(self, table: Table, key: tuple[Any, ...]) -> dict[str, Any] | None:
-        params = [to_sqlite(c.type, v) for c, v in zip(table.key_columns, key, strict=True)]
-        row = self.conn.execute(
-            f"SELECT * FROM {quote(table.name)} WHERE {key_condition(table)}", params
-        ).fetchone()
-        return None if row is None else dict(zip((c.name for c in table.columns), row, strict=True))
-
     def insert(self, codec: RowCodec, rows: list[tuple[Any, ...]]) -> None:
         table, columns = codec.table, codec.columns
         sql = (
@@ -147,60 +142,100 @@ class ChangeTracker:
                 return InvalidArgument(f"row {key!r} of table {name!r}: {error}")
         return InvalidArgument(f"table {name!r}: {exc}")
 
+    def _current_rows(
+        self, table: Table, keys: list[tuple[Any, ...]]
+    ) -> dict[tuple[Any, ...], dict[str, Any]]:
+        """The present rows of ``keys`` (normalized key tuples), fetched a chunk at a time."""
+        names = [c.name for c in table.columns]
+        key_at = [names.index(k) for k in table.primary_key]
+        columns = ", ".join(quote(k) for k in table.primary_key)
+        width = len(key_at)
+        found: dict[tuple[Any, ...], dict[str, Any]] = {}
+        for begin in range(0, len(keys), _CHUNK):
+            chunk = keys[begin : begin + _CHUNK]
+            tuples = ", ".join(["(" + ", ".join("?" * width) + ")"] * len(chunk))
+            params = [
+                to_sqlite(c.type, v)
+                for key in chunk
+                for c, v in zip(table.key_columns, key, strict=True)
+            ]
+            sql = f"SELECT * FROM {quote(table.name)} WHERE ({columns}) IN (VALUES {tuples})"
+            for row in self.conn.execute(sql, params):
+                found[tuple(row[i] for i in key_at)] = dict(zip(names, row, strict=True))
+        return found
+
     def update(self, codec: RowCodec, rows: list[tuple[Any, ...]], upsert: bool) -> None:
         table, columns = codec.table, codec.columns
         self._expand(table)
+        keys = [codec.key(row) for row in rows]
+        if len(set(keys)) != len(keys):
+            # The same key twice in one mutation: each write must see the one before it.
+            for row in rows:
+                self.update(codec, [row], upsert)
+            return
         set_columns = [c for c in columns if c not in table.primary_key]
-        assignments = ", ".join(f"{quote(c)} = ?" for c in set_columns) or (
-            f"{quote(table.primary_key[0])} = {quote(table.primary_key[0])}"
-        )
-        sql = f"UPDATE {quote(table.name)} SET {assignments} WHERE {key_condition(table)}"
-        indexes = [columns.index(c) for c in set_columns]
-        key_indexes = [columns.index(k) for k in table.primary_key]
-        types = [table.column(c).type for c in columns]  # type: ignore[union-attr]
-        tracked = table.name in self.tracked
-        for row in rows:
-            key = tuple(row[i] for i in key_indexes)
-            before = self._current(table, key) if tracked else None
-            stored = [to_sqlite(types[i], row[i]) for i in indexes + key_indexes]
+        current = self._current_rows(table, keys)
+        missing = [row for row, key in zip(rows, keys, strict=True) if key not in current]
+        if missing and not upsert:
+            key = codec.key(missing[0])
+            raise NotFound(f"row {key!r} does not exist in table {table.name!r}")
+        present = [row for row, key in zip(rows, keys, strict=True) if key in current]
+        if set_columns and present:
+            assignments = ", ".join(f"{quote(c)} = ?" for c in set_columns)
+            sql = f"UPDATE {quote(table.name)} SET {assignments} WHERE {key_condition(table)}"
+            order = [columns.index(c) for c in set_columns] + list(codec.key_positions)
+            stored = codec.stored(present)
             try:
-                count = self.conn.execute(sql, stored).rowcount
+                self.conn.executemany(sql, [[row[i] for i in order] for row in stored])
             except sqlite3.IntegrityError as exc:
-                raise InvalidArgument(f"row {key!r} of table {table.name!r}: {exc}") from exc
-            if count == 0:
-                if not upsert:
-                    raise NotFound(f"row {key!r} does not exist in table {table.name!r}")
-                self.insert(codec, [row])
-                continue
-            if tracked:
-                assert before is not None
-                after = dict(before)
-                after.update(zip(columns, row, strict=True))
-                self._note(table, key, before, after, set(set_columns))
+                raise InvalidArgument(f"update of table {table.name!r}: {exc}") from exc
+        if table.name in self.tracked:
+            written = set(set_columns)
+            for row, key in zip(rows, keys, strict=True):
+                before = current.get(key)
+                if before is not None:
+                    after = dict(before)
+                    after.update(zip(columns, row, strict=True))
+                    self._note(table, key, before, after, written)
+        if missing:
+            self.insert(codec, missing)
 
     def replace(self, codec: RowCodec, rows: list[tuple[Any, ...]]) -> None:
         table = codec.table
         self._expand(table)
+        keys = [codec.key(row) for row in rows]
+        if len(set(keys)) != len(keys):
+            for row in rows:
+                self.replace(codec, [row])
+            return
         tracked = table.name in self.tracked
-        for row in rows:
-            key = codec.key(row)
-            before = self._current(table, key) if tracked else None
-            self.delete_keys(table, [key], track=False)
-            self.insert(codec, [row])
-            if tracked:
+        current = self._current_rows(table, keys) if tracked else {}
+        self.delete_keys(table, keys, track=False)
+        self.insert(codec, rows)
+        if tracked:
+            every_column = {c.name for c in table.columns}
+            for key in keys:
                 change = self.changes[(table.name, key)]
+                before = current.get(key)
                 if change.before is None and before is not None:
                     change.before = before
-                change.written |= {c.name for c in table.columns}
+                change.written |= every_column
+                change.replaced = change.before is not None
 
     def delete_keys(self, table: Table, keys: list[tuple[Any, ...]], track: bool = True) -> None:
         sql = f"DELETE FROM {quote(table.name)} WHERE {key_condition(table)}"
         self._expand(table)
-        tracked = track and table.name in self.tracked
-        for key in keys:
-            before = self._current(table, key) if tracked else None
-            params = [to_sqlite(c.type, v) for c, v in zip(table.key_columns, key, strict=True)]
-            self.conn.execute(sql, params)
+        unique = list(dict.fromkeys(keys))
+        current = self._current_rows(table, unique) if track and table.name in self.tracked else {}
+        self.conn.executemany(
+            sql,
+            [
+                [to_sqlite(c.type, v) for c, v in zip(table.key_columns, key, strict=True)]
+                for key in unique
+            ],
+        )
+        for key in unique:
+            before = current.get(key)
             if before is not None:
                 self._note(table, key, before, None, set())
 
