@@ -48,3 +48,10 @@ def test_policy_show_set_rebalance_and_errors(tmp_path: Path) -> None:
     assert bad.exit_code == 2 and "max_rows must be a number" in bad.output
     unknown = runner.invoke(main, ["policy", path, "--set", "nope=1"])
     assert unknown.exit_code == 2 and "NAME one of enabled, max_rows" in unknown.output
+
+
+def test_load_demo_splits_on_the_hot_range_and_loses_nothing() -> None:
+    result = CliRunner().invoke(main, ["demo", "--load", "3"], env={"COLUMNS": "120"})
+    assert result.exit_code == 0, result.output
+    assert "split: new partition" in result.output
+    assert "mods: all there." in result.output

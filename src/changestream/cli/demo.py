@@ -48,6 +48,7 @@ from changestream import (
     Partition,
 )
 from changestream.cli.common import json_line
+from changestream.cli.load_demo import run_load_demo
 from changestream.cli.partitions import describe, lineage_tree, short_token
 from changestream.clock import format_ts, now_us, parse_ts
 
@@ -573,8 +574,21 @@ def run_tour(db: EmbeddedDatabase, console: Console, tail_seconds: float, path: 
     show_default=True,
     help="How long to tail the live partitions at the end.",
 )
-def demo(path: str | None, tail_seconds: float) -> None:
-    """A guided tour: splits, the query workflow, a merge, and live tailing."""
+@click.option(
+    "--load",
+    "load_seconds",
+    type=click.FloatRange(min=1),
+    is_flag=False,
+    flag_value=10.0,
+    default=None,
+    help="Instead: drive a skewed load for this many seconds (default 10) and show the "
+    "partitions splitting on the hot range, then merging back while idle.",
+)
+def demo(path: str | None, tail_seconds: float, load_seconds: float | None) -> None:
+    """A guided tour: splits, the query workflow, a merge, and live tailing.
+
+    With --load, the partitions following a skewed write load instead.
+    """
     if path is not None and os.path.exists(path):
         raise click.BadParameter(f"{path!r} exists; the demo needs a new file", param_hint="--path")
     console = Console()
@@ -582,4 +596,7 @@ def demo(path: str | None, tail_seconds: float) -> None:
         tempfile.TemporaryDirectory(prefix="changestream-demo-") as scratch,
         changestream.open(path or os.path.join(scratch, "demo.db")) as db,
     ):
+        if load_seconds is not None:
+            run_load_demo(db, console, load_seconds)
+            return
         run_tour(db, console, tail_seconds, path)
