@@ -57,17 +57,22 @@ def test_storm_of_writers_and_live_readers(tmp_path: Path) -> None:
     stop_file = tmp_path / "stop"
     readers = [spawn("reader", path, start, stop_file, tmp_path / f"r{i}.jsonl") for i in range(2)]
     writers = [spawn("writer", path, w, SECONDS, tmp_path / f"w{w}.jsonl") for w in range(4)]
-    for process in writers:
-        assert process.wait(timeout=SECONDS + 120) == 0
-    # Merge everything back while the readers are still live: merge children with parents.
-    for split in db.live_splits()[1:]:
-        db.change_split_boundary(split.start_key, merge=True)
-    with db.transaction(tag="last") as tx:
-        tx.insert_or_update("Storm", ["W", "K", "V"], [[9, 0, 0]])
-    assert tx.commit_timestamp is not None
-    stop_file.write_text(str(changestream.clock.parse_ts(tx.commit_timestamp)))
-    for process in readers:
-        assert process.wait(timeout=SECONDS + 120) == 0
+    try:
+        for process in writers:
+            assert process.wait(timeout=SECONDS + 120) == 0
+        # Merge everything back while the readers are still live: merge children, two parents.
+        for split in db.live_splits()[1:]:
+            db.change_split_boundary(split.start_key, merge=True)
+        with db.transaction(tag="last") as tx:
+            tx.insert_or_update("Storm", ["W", "K", "V"], [[9, 0, 0]])
+        assert tx.commit_timestamp is not None
+        stop_file.write_text(str(changestream.clock.parse_ts(tx.commit_timestamp)))
+        for process in readers:
+            assert process.wait(timeout=SECONDS + 120) == 0
+    finally:
+        for process in readers + writers:
+            process.kill()
+            process.wait()
 
     expected = {tuple(m) for w in range(4) for m in lines(tmp_path / f"w{w}.jsonl")}
     expected.add((changestream.clock.parse_ts(tx.commit_timestamp), 9, 0, "INSERT"))
