@@ -24,6 +24,9 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/write_path.py
 	$(PY) benchmarks/read_path.py
+	$(PY) benchmarks/tail_latency.py
+	$(PY) benchmarks/partition_scale.py
+	$(PY) benchmarks/stream_client.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info
