@@ -76,15 +76,6 @@ class ColumnType:
             return {"code": "ARRAY", "array_element_type": self.element.to_catalog()}
         return {"code": self.code, "length": self.length}
 
-    @property
-    def sqlite_affinity(self) -> str:
-        return {
-            "BOOL": "INTEGER",
-            "INT64": "INTEGER",
-            "FLOAT64": "REAL",
-            "BYTES": "BLOB",
-        }.get(self.code, "TEXT")
-
 
 def _bad(column: str, ctype: ColumnType, value: object, why: str = "") -> InvalidArgument:
     extra = f": {why}" if why else ""
@@ -228,22 +219,6 @@ def json_to_sqlite(ctype: ColumnType, value: Any) -> Any:
     if code == "FLOAT64" and isinstance(value, str):
         return float(value.replace("Infinity", "inf"))
     return value
-
-
-def sqlite_to_json(ctype: ColumnType, stored: Any) -> Any:
-    """A SQLite-stored value in the change-record JSON form."""
-    if stored is None:
-        return None
-    code = ctype.code
-    if code == "BOOL":
-        return bool(stored)
-    if code in ("JSON", "ARRAY"):
-        return orjson.loads(stored)
-    if code == "BYTES":
-        return base64.b64encode(stored).decode("ascii")
-    if code == "FLOAT64":
-        return _json_value(ctype, float(stored))
-    return stored
 
 
 def from_sqlite(ctype: ColumnType, stored: Any) -> Any:

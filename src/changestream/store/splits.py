@@ -27,9 +27,6 @@ class Split:
     def contains(self, key: bytes) -> bool:
         return self.start_key <= key and (self.end_key is None or key < self.end_key)
 
-    def describe_range(self) -> str:
-        return f"[{describe_key(self.start_key)}, {describe_key(self.end_key)})"
-
 
 _COLUMNS = "split_id, start_key, end_key, start_ts, end_ts, parents, children"
 
