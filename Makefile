@@ -27,6 +27,8 @@ bench: $(STAMP)
 	$(PY) benchmarks/tail_latency.py
 	$(PY) benchmarks/partition_scale.py
 	$(PY) benchmarks/stream_client.py
+	$(PY) benchmarks/watch.py
+	$(PY) benchmarks/server.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import itertools
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import changestream
-from changestream.clock import parse_ts
+from changestream.clock import Clock, parse_ts
 
 ACCOUNT_BALANCE = (
     "CREATE TABLE AccountBalance (AccountId STRING(MAX) NOT NULL, "
@@ -39,3 +41,46 @@ def db(tmp_path: Path) -> Iterator[changestream.EmbeddedDatabase]:
 def drain(records: Iterator[changestream.ChangeRecord]) -> list[changestream.ChangeRecord]:
     """Every record of a finite query."""
     return list(records)
+
+
+OpenDb = Callable[..., changestream.Database]
+_names = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def served() -> Iterator[tuple[Any, str]]:
+    """One server (uvicorn in a thread) for the whole session: (its Databases, its URL).
+    Tests add the databases they open to it."""
+    from changestream.server import Databases, NoAuth, ServerConfig, create_app, serve_in_thread
+
+    databases = Databases()
+    app = create_app(databases, NoAuth(), ServerConfig(keepalive_seconds=1.0))
+    with serve_in_thread(app) as running:
+        yield databases, running.url
+
+
+@pytest.fixture(params=["embedded", "remote"])
+def open_db(request: pytest.FixtureRequest) -> Iterator[OpenDb]:
+    """``open_db(path, clock=None)``: the database in the file ``path``, either embedded or
+    served by the session's server and reached through ``changestream.connect(url)``."""
+    opened: list[changestream.EmbeddedDatabase] = []
+    connected: list[tuple[Any, str, changestream.Database]] = []
+
+    def open_(path: str, clock: Clock | None = None) -> changestream.Database:
+        embedded = changestream.open(path, clock=clock)
+        opened.append(embedded)
+        if request.param == "embedded":
+            return embedded
+        databases, url = request.getfixturevalue("served")
+        name = f"db{next(_names)}"
+        databases.add(name, embedded)
+        remote = changestream.connect(f"{url}/{name}")
+        connected.append((databases, name, remote))
+        return remote
+
+    yield open_
+    for databases, name, remote in connected:
+        remote.close()
+        databases.remove(name)
+    for embedded in opened:
+        embedded.close()

@@ -382,3 +382,13 @@ def test_rolled_back_transaction_leaves_no_data_and_no_record(tmp_path: Path) ->
     assert records(db, "S") == []
     assert db.last_commit_ts() <= now_us()
     db.close()
+
+
+def test_empty_mutations_are_no_ops(tmp_path: Path) -> None:
+    db = open_with(tmp_path, "CREATE CHANGE STREAM S FOR Singers")
+    with db.transaction() as tx:
+        tx.insert("Singers", ["SingerId"], [])
+        tx.insert_or_update("Singers", ["SingerId", "Age"], [])
+        tx.delete("Singers", [])
+    assert records(db, "S") == []
+    db.close()

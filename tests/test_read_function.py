@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,23 +20,24 @@ from changestream import (
     OutOfRange,
 )
 from changestream.clock import format_ts, now_us
-from tests.conftest import ACCOUNT_BALANCE
+from tests.conftest import ACCOUNT_BALANCE, OpenDb
 
 COLUMNS = ["AccountId", "LastUpdate", "Balance"]
 
 
 @pytest.fixture
-def bank(tmp_path: Path):  # type: ignore[no-untyped-def]
-    with changestream.open(str(tmp_path / "bank.db")) as db:
+def bank(open_db: OpenDb, tmp_path: Path):  # type: ignore[no-untyped-def]
+    with open_db(str(tmp_path / "bank.db")) as db:
         db.execute_ddl([ACCOUNT_BALANCE, "CREATE CHANGE STREAM Bank FOR AccountBalance"])
         yield db
 
 
-def created(db: changestream.EmbeddedDatabase) -> int:
-    return db.catalog().stream("Bank").created_ts
+def created(db: Any, stream: str = "Bank") -> int:
+    """When the stream was created: where its first partition starts (embedded or remote)."""
+    return min(p.start_timestamp for p in db.partition_history(stream))
 
 
-def deposit(db: changestream.EmbeddedDatabase, account: str, amount: int) -> int:
+def deposit(db: changestream.Database, account: str, amount: int) -> int:
     with db.transaction() as tx:
         tx.insert_or_update(
             "AccountBalance", COLUMNS, [[account, changestream.COMMIT_TIMESTAMP, amount]]
@@ -44,7 +46,7 @@ def deposit(db: changestream.EmbeddedDatabase, account: str, amount: int) -> int
     return changestream.clock.parse_ts(tx.commit_timestamp)
 
 
-def token_of(db: changestream.EmbeddedDatabase) -> str:
+def token_of(db: changestream.Database) -> str:
     (partition,) = db.partitions("Bank")
     return partition.token
 
@@ -61,7 +63,7 @@ def token_of(db: changestream.EmbeddedDatabase) -> str:
     ],
 )
 def test_bad_arguments(
-    bank: changestream.EmbeddedDatabase, kwargs: dict[str, object], error: type, message: str
+    bank: changestream.Database, kwargs: dict[str, object], error: type, message: str
 ) -> None:
     args: dict[str, object] = {"start_timestamp": created(bank), "heartbeat_milliseconds": 1000}
     args.update(kwargs)
@@ -70,7 +72,7 @@ def test_bad_arguments(
 
 
 def test_start_in_the_future_end_before_start_and_before_creation(
-    bank: changestream.EmbeddedDatabase,
+    bank: changestream.Database,
 ) -> None:
     future = now_us() + 60_000_000
     with pytest.raises(InvalidArgument, match="is in the future"):
@@ -87,29 +89,29 @@ def test_start_in_the_future_end_before_start_and_before_creation(
 
 
 def test_unknown_stream_and_foreign_or_forged_tokens(
-    bank: changestream.EmbeddedDatabase, tmp_path: Path
+    bank: changestream.Database, open_db: OpenDb, tmp_path: Path
 ) -> None:
     with pytest.raises(NotFound, match=r"change stream 'Nope' does not exist .*Bank"):
         bank.read_change_stream("Nope", created(bank))
     bank.execute_ddl("CREATE CHANGE STREAM Other FOR ALL")
     token = token_of(bank)
-    other_start = bank.catalog().stream("Other").created_ts
+    other_start = created(bank, "Other")
     with pytest.raises(InvalidToken, match="belongs to another change stream"):
         bank.read_change_stream("Other", other_start, partition_token=token)
     forged = token[:-2] + ("AA" if token[-2:] != "AA" else "BB")
     with pytest.raises(InvalidToken, match="not issued by this database"):
         bank.read_change_stream("Bank", created(bank), partition_token=forged)
-    with changestream.open(str(tmp_path / "elsewhere.db")) as elsewhere:
+    with open_db(str(tmp_path / "elsewhere.db")) as elsewhere:
         elsewhere.execute_ddl([ACCOUNT_BALANCE, "CREATE CHANGE STREAM Bank FOR AccountBalance"])
         with pytest.raises(InvalidToken, match="not issued by this database"):
             elsewhere.read_change_stream("Bank", created(elsewhere), partition_token=token)
 
 
-def test_start_before_retention_window(tmp_path: Path) -> None:
+def test_start_before_retention_window(open_db: OpenDb, tmp_path: Path) -> None:
     from tests.conftest import FixedClock
 
     clock = FixedClock("2024-01-01T00:00:00Z")
-    with changestream.open(str(tmp_path / "r.db"), clock=clock) as db:
+    with open_db(str(tmp_path / "r.db"), clock=clock) as db:
         db.execute_ddl(
             [ACCOUNT_BALANCE, "CREATE CHANGE STREAM Bank FOR ALL OPTIONS (retention_period = '2h')"]
         )
@@ -119,7 +121,7 @@ def test_start_before_retention_window(tmp_path: Path) -> None:
         db.read_change_stream("Bank", "2024-01-01T01:30:00Z")
 
 
-def test_partition_token_start_before_partition_start(bank: changestream.EmbeddedDatabase) -> None:
+def test_partition_token_start_before_partition_start(bank: changestream.Database) -> None:
     deposit(bank, "Id1", 1)
     bank.split_at("AccountBalance", ("Id5",))
     child = bank.partitions("Bank")[0]
@@ -128,7 +130,7 @@ def test_partition_token_start_before_partition_start(bank: changestream.Embedde
 
 
 def test_records_in_commit_order_exactly_once_until_end(
-    bank: changestream.EmbeddedDatabase,
+    bank: changestream.Database,
 ) -> None:
     stamps = [deposit(bank, f"Id{i % 3}", i) for i in range(20)]
     token = token_of(bank)
@@ -140,7 +142,7 @@ def test_records_in_commit_order_exactly_once_until_end(
 
 
 def test_split_ends_parent_with_child_partitions_and_keys_move(
-    bank: changestream.EmbeddedDatabase,
+    bank: changestream.Database,
 ) -> None:
     before = deposit(bank, "Id1", 10)
     parent = token_of(bank)
@@ -166,7 +168,7 @@ def test_split_ends_parent_with_child_partitions_and_keys_move(
 
 
 def test_end_timestamp_before_partition_end_finishes_without_children(
-    bank: changestream.EmbeddedDatabase,
+    bank: changestream.Database,
 ) -> None:
     first = deposit(bank, "Id1", 1)
     parent = token_of(bank)
@@ -176,7 +178,7 @@ def test_end_timestamp_before_partition_end_finishes_without_children(
     assert not any(isinstance(r, ChildPartitionsRecord) for r in records)
 
 
-def test_end_timestamp_on_idle_database_finishes(bank: changestream.EmbeddedDatabase) -> None:
+def test_end_timestamp_on_idle_database_finishes(bank: changestream.Database) -> None:
     deposit(bank, "Id1", 1)
     end = now_us()
     started = time.monotonic()
@@ -185,7 +187,7 @@ def test_end_timestamp_on_idle_database_finishes(bank: changestream.EmbeddedData
     assert time.monotonic() - started < 30
 
 
-def test_live_tail_receives_commits_and_heartbeats(bank: changestream.EmbeddedDatabase) -> None:
+def test_live_tail_receives_commits_and_heartbeats(bank: changestream.Database) -> None:
     token = token_of(bank)
     start = now_us()
     reader = bank.read_change_stream("Bank", start, None, token, 1000)
@@ -220,7 +222,7 @@ def test_live_tail_receives_commits_and_heartbeats(bank: changestream.EmbeddedDa
         assert all(r.commit_timestamp > heartbeat.timestamp for r in later)
 
 
-def test_merge_child_read_after_both_parents(bank: changestream.EmbeddedDatabase) -> None:
+def test_merge_child_read_after_both_parents(bank: changestream.Database) -> None:
     deposit(bank, "Id1", 1)
     bank.split_at("AccountBalance", ("Id5",))
     left, right = bank.partitions("Bank")
@@ -242,7 +244,7 @@ def test_merge_child_read_after_both_parents(bank: changestream.EmbeddedDatabase
     assert [r.commit_timestamp for r in records] == [late]
 
 
-def test_sql_dialects_reach_the_read_function(bank: changestream.EmbeddedDatabase) -> None:
+def test_sql_dialects_reach_the_read_function(bank: changestream.Database) -> None:
     stamp = deposit(bank, "Id1", 5)
     start = format_ts(created(bank))
     google = list(
@@ -276,7 +278,7 @@ def test_sql_dialects_reach_the_read_function(bank: changestream.EmbeddedDatabas
         )
 
 
-def test_dropped_stream_ends_a_live_reader(bank: changestream.EmbeddedDatabase) -> None:
+def test_dropped_stream_ends_a_live_reader(bank: changestream.Database) -> None:
     reader = bank.read_change_stream("Bank", now_us(), None, token_of(bank), 1000)
     bank.execute_ddl("DROP CHANGE STREAM Bank")
     with pytest.raises(NotFound, match="was dropped"):

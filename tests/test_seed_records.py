@@ -12,7 +12,7 @@ from typing import Any
 
 import changestream
 from changestream import COMMIT_TIMESTAMP, ChildPartitionsRecord, DataChangeRecord, HeartbeatRecord
-from tests.conftest import ACCOUNT_BALANCE, FixedClock
+from tests.conftest import ACCOUNT_BALANCE, FixedClock, OpenDb
 
 TAG = "app=banking,env=prod,action=update"
 COMMIT = "2022-09-27T12:30:00.123456Z"
@@ -37,9 +37,11 @@ BALANCE = {
 }
 
 
-def open_bank(tmp_path: Path, capture: str) -> tuple[changestream.EmbeddedDatabase, FixedClock]:
+def open_bank(
+    open_db: OpenDb, tmp_path: Path, capture: str
+) -> tuple[changestream.Database, FixedClock]:
     clock = FixedClock("2022-09-27T11:00:00Z")
-    db = changestream.open(str(tmp_path / "bank.db"), clock=clock)
+    db = open_db(str(tmp_path / "bank.db"), clock=clock)
     db.execute_ddl(
         [
             ACCOUNT_BALANCE,
@@ -50,12 +52,13 @@ def open_bank(tmp_path: Path, capture: str) -> tuple[changestream.EmbeddedDataba
     return db, clock
 
 
-def created(db: changestream.EmbeddedDatabase) -> int:
-    return db.catalog().stream("Bank").created_ts
+def created(db: Any) -> int:
+    """When the stream was created: where its first partition starts (embedded or remote)."""
+    return min(p.start_timestamp for p in db.partition_history("Bank"))
 
 
 def records_between(
-    db: changestream.EmbeddedDatabase, start: Any, end: Any
+    db: changestream.Database, start: Any, end: Any
 ) -> list[changestream.ChangeRecord]:
     """Run the seed's workflow from ``start`` to ``end``: the initial query, then every
     partition (children after their parents), returning everything read in order."""
@@ -80,8 +83,8 @@ def data_records(records: list[changestream.ChangeRecord]) -> list[dict[str, Any
     return sorted(found, key=lambda r: (r["commit_timestamp"], r["record_sequence"]))
 
 
-def test_transfer_between_accounts_in_two_partitions(tmp_path: Path) -> None:
-    db, clock = open_bank(tmp_path, "OLD_AND_NEW_VALUES")
+def test_transfer_between_accounts_in_two_partitions(open_db: OpenDb, tmp_path: Path) -> None:
+    db, clock = open_bank(open_db, tmp_path, "OLD_AND_NEW_VALUES")
     with db.transaction() as tx:
         tx.insert(
             "AccountBalance",
@@ -152,9 +155,9 @@ def test_transfer_between_accounts_in_two_partitions(tmp_path: Path) -> None:
 
 
 def seeded_single_account(
-    tmp_path: Path, capture: str
-) -> tuple[changestream.EmbeddedDatabase, FixedClock]:
-    db, clock = open_bank(tmp_path, capture)
+    open_db: OpenDb, tmp_path: Path, capture: str
+) -> tuple[changestream.Database, FixedClock]:
+    db, clock = open_bank(open_db, tmp_path, capture)
     with db.transaction() as tx:
         tx.insert(
             "AccountBalance",
@@ -167,7 +170,7 @@ def seeded_single_account(
     return db, clock
 
 
-def single_update(db: changestream.EmbeddedDatabase) -> dict[str, Any]:
+def single_update(db: changestream.Database) -> dict[str, Any]:
     updates = [
         r
         for r in data_records(records_between(db, created(db), COMMIT))
@@ -193,8 +196,8 @@ SINGLE = {
 }
 
 
-def test_new_values_example(tmp_path: Path) -> None:
-    db, _ = seeded_single_account(tmp_path, "NEW_VALUES")
+def test_new_values_example(open_db: OpenDb, tmp_path: Path) -> None:
+    db, _ = seeded_single_account(open_db, tmp_path, "NEW_VALUES")
     assert single_update(db) == {
         **SINGLE,
         "column_types": [ACCOUNT_ID, LAST_UPDATE],
@@ -206,8 +209,8 @@ def test_new_values_example(tmp_path: Path) -> None:
     db.close()
 
 
-def test_new_row_example(tmp_path: Path) -> None:
-    db, _ = seeded_single_account(tmp_path, "NEW_ROW")
+def test_new_row_example(open_db: OpenDb, tmp_path: Path) -> None:
+    db, _ = seeded_single_account(open_db, tmp_path, "NEW_ROW")
     assert single_update(db) == {
         **SINGLE,
         "column_types": [ACCOUNT_ID, LAST_UPDATE, BALANCE],
@@ -223,8 +226,8 @@ def test_new_row_example(tmp_path: Path) -> None:
     db.close()
 
 
-def test_heartbeat_example(tmp_path: Path) -> None:
-    db, clock = seeded_single_account(tmp_path, "OLD_AND_NEW_VALUES")
+def test_heartbeat_example(open_db: OpenDb, tmp_path: Path) -> None:
+    db, clock = seeded_single_account(open_db, tmp_path, "OLD_AND_NEW_VALUES")
     token = db.partitions("Bank")[0].token
     clock.set("2022-09-27T12:35:00.312486Z")
     reader = db.read_change_stream("Bank", "2022-09-27T12:31:00Z", None, token, 1000)
@@ -234,8 +237,10 @@ def test_heartbeat_example(tmp_path: Path) -> None:
     db.close()
 
 
-def test_child_partitions_example_merge_reported_by_both_parents(tmp_path: Path) -> None:
-    db, clock = seeded_single_account(tmp_path, "OLD_AND_NEW_VALUES")
+def test_child_partitions_example_merge_reported_by_both_parents(
+    open_db: OpenDb, tmp_path: Path
+) -> None:
+    db, clock = seeded_single_account(open_db, tmp_path, "OLD_AND_NEW_VALUES")
     clock.set("2022-09-27T12:31:00Z")
     db.split_at("AccountBalance", ("Id2",))
     parent_1, parent_2 = (p.token for p in db.partitions("Bank"))
@@ -256,8 +261,10 @@ def test_child_partitions_example_merge_reported_by_both_parents(tmp_path: Path)
     db.close()
 
 
-def test_initial_query_returns_child_partitions_with_no_parents(tmp_path: Path) -> None:
-    db, clock = seeded_single_account(tmp_path, "OLD_AND_NEW_VALUES")
+def test_initial_query_returns_child_partitions_with_no_parents(
+    open_db: OpenDb, tmp_path: Path
+) -> None:
+    db, clock = seeded_single_account(open_db, tmp_path, "OLD_AND_NEW_VALUES")
     clock.set("2022-09-27T12:31:00Z")
     db.split_at("AccountBalance", ("Id2",))
     db.split_at("AccountBalance", ("Id3",))
@@ -275,8 +282,8 @@ def test_initial_query_returns_child_partitions_with_no_parents(tmp_path: Path) 
     db.close()
 
 
-def test_json_forms_of_each_record_type(tmp_path: Path) -> None:
-    db, _ = seeded_single_account(tmp_path, "OLD_AND_NEW_VALUES")
+def test_json_forms_of_each_record_type(open_db: OpenDb, tmp_path: Path) -> None:
+    db, _ = seeded_single_account(open_db, tmp_path, "OLD_AND_NEW_VALUES")
     import orjson
 
     for record in records_between(db, created(db), COMMIT):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from changestream.clock import Clock
 from changestream.errors import (
     AlreadyExists,
@@ -16,9 +18,10 @@ from changestream.errors import (
     OutOfRange,
 )
 from changestream.store.keys import KeyRange
+from changestream.store.leases import Lease
 from changestream.store.transaction import Transaction
 from changestream.streams.database import EmbeddedDatabase, Partition, ResultSet
-from changestream.streams.interface import Database, TransactionLike
+from changestream.streams.interface import Database, LeaseTableLike, TransactionLike
 from changestream.streams.records import (
     ChangeRecord,
     ChildPartition,
@@ -29,6 +32,10 @@ from changestream.streams.records import (
     Mod,
 )
 from changestream.types import COMMIT_TIMESTAMP
+from changestream.watch import ChangeStreamCursor, ClusterTime
+
+if TYPE_CHECKING:
+    from changestream.server.client import RemoteDatabase
 
 __version__ = "0.1.0"
 
@@ -48,13 +55,37 @@ def open(
     return EmbeddedDatabase(path, durability, busy_timeout, clock)
 
 
+def connect(
+    url: str,
+    token: str | None = None,
+    *,
+    timeout: float = 60.0,
+    reconnect_timeout: float = 30.0,
+    verify: bool | str = True,
+) -> RemoteDatabase:
+    """Connect to a database on a ``changestream serve`` server: the same interface as
+    :func:`open`, over HTTP (needs the ``server`` extra).
+
+    ``url`` is ``http(s)://host:port/NAME`` (NAME may be left out when the server serves one
+    database); ``token`` is a bearer token (default: ``$CHANGESTREAM_TOKEN``). ``timeout``
+    bounds each request and each silence of a stream; ``reconnect_timeout`` is how long calls
+    and streams retry an unreachable server. ``verify``: check the server's TLS certificate
+    (or the path of a CA bundle to trust).
+    """
+    from changestream.server.client import connect as remote  # only clients need httpx
+
+    return remote(url, token, timeout=timeout, reconnect_timeout=reconnect_timeout, verify=verify)
+
+
 __all__ = [
     "COMMIT_TIMESTAMP",
     "AlreadyExists",
     "ChangeRecord",
+    "ChangeStreamCursor",
     "ChangeStreamError",
     "ChildPartition",
     "ChildPartitionsRecord",
+    "ClusterTime",
     "ColumnTypeInfo",
     "DDLError",
     "DataChangeRecord",
@@ -67,6 +98,8 @@ __all__ = [
     "InvalidArgument",
     "InvalidToken",
     "KeyRange",
+    "Lease",
+    "LeaseTableLike",
     "Mod",
     "NotFound",
     "OutOfRange",
@@ -75,5 +108,6 @@ __all__ = [
     "Transaction",
     "TransactionLike",
     "__version__",
+    "connect",
     "open",
 ]

@@ -30,7 +30,7 @@ class DDLError(InvalidArgument):
 
 
 class InvalidToken(InvalidArgument):
-    """A partition token is unknown, malformed, or belongs to another change stream."""
+    """A partition token or watch() resume token is unknown, malformed, or not this stream's."""
 
 
 class NotFound(ChangeStreamError, LookupError):
@@ -63,5 +63,23 @@ class DatabaseBusy(ChangeStreamError):
 
 class DatabaseClosed(ChangeStreamError):
     """The database was used after ``close()``."""
+
+    http_status = 503
+
+
+class Unauthenticated(ChangeStreamError):
+    """The server was given no bearer token, or one it does not know."""
+
+    http_status = 401
+
+
+class PermissionDenied(ChangeStreamError):
+    """The bearer token lacks the scope (read, write or admin) the request needs."""
+
+    http_status = 403
+
+
+class Unavailable(ChangeStreamError):
+    """The server could not be reached, is shutting down, or the connection broke."""
 
     http_status = 503

@@ -6,17 +6,36 @@ import base64
 import datetime as dt
 import decimal
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import click
 import orjson
 
 import changestream
 from changestream.clock import format_ts, parse_ts
 from changestream.errors import NotFound
 
+if TYPE_CHECKING:
+    from changestream.server.client import RemoteDatabase
 
-def open_database(path: str, *, create: bool = False) -> changestream.EmbeddedDatabase:
-    """Open the database at ``path``; unless ``create``, a missing file is an error."""
+
+#: Where the group's ``--token`` option leaves the token for :func:`open_database`.
+TOKEN_KEY = "changestream.token"
+
+
+def open_database(
+    path: str, *, create: bool = False
+) -> changestream.EmbeddedDatabase | RemoteDatabase:
+    """Open the database at ``path``; unless ``create``, a missing file is an error.
+
+    An ``http(s)://`` URL connects to a server instead (with ``--token``, or
+    ``$CHANGESTREAM_TOKEN``); a server never creates databases.
+    """
+    if path.startswith(("http://", "https://")):
+        from changestream.server.client import connect  # the server extra, only when used
+
+        context = click.get_current_context(silent=True)
+        return connect(path, None if context is None else context.meta.get(TOKEN_KEY))
     if not create and path != ":memory:" and not os.path.exists(path):
         raise NotFound(f"no database file at {path!r} (create one with `changestream ddl`)")
     return changestream.open(path)

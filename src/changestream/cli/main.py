@@ -10,10 +10,13 @@ from typing import Any
 import click
 
 import changestream
-from changestream.cli.common import open_database
+from changestream.cli.common import TOKEN_KEY, open_database
 from changestream.cli.demo import demo
+from changestream.cli.leases import leases
 from changestream.cli.partitions import partitions
 from changestream.cli.policy import policy
+from changestream.cli.serve import serve
+from changestream.cli.serve import token as token_command
 from changestream.cli.sql import sql
 from changestream.clock import format_ts
 from changestream.errors import ChangeStreamError
@@ -45,12 +48,19 @@ class _Group(click.Group):
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(changestream.__version__, prog_name="changestream")
-def main() -> None:
+@click.option(
+    "--token",
+    metavar="TOKEN",
+    help="Bearer token for databases given as http(s):// URLs (default: $CHANGESTREAM_TOKEN).",
+)
+@click.pass_context
+def main(ctx: click.Context, token: str | None) -> None:
     """Spanner-style change streams over an embedded database file.
 
     Start with `changestream demo` for a guided tour. Errors print as
     "error: ..." and exit with status 2; Ctrl-C exits with status 130.
     """
+    ctx.meta[TOKEN_KEY] = token
 
 
 @main.command()
@@ -71,5 +81,8 @@ def ddl(path: str, statements: tuple[str, ...]) -> None:
 
 main.add_command(sql)
 main.add_command(partitions)
+main.add_command(leases)
 main.add_command(policy)
 main.add_command(demo)
+main.add_command(serve)
+main.add_command(token_command)

@@ -1,7 +1,8 @@
 """A tokenizer and recursive-descent parser for the GoogleSQL DDL subset changestream supports.
 
-Supported statements: ``CREATE TABLE``, ``DROP TABLE``, ``CREATE CHANGE STREAM``,
-``ALTER CHANGE STREAM`` (``SET FOR``, ``SET OPTIONS``, ``DROP FOR ALL``) and ``DROP CHANGE STREAM``.
+Supported statements: ``CREATE TABLE``, ``DROP TABLE``, ``ALTER TABLE ... RENAME TO``,
+``CREATE CHANGE STREAM``, ``ALTER CHANGE STREAM`` (``SET FOR``, ``SET OPTIONS``, ``DROP FOR ALL``)
+and ``DROP CHANGE STREAM``.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from changestream.ddl.schema import (
     CreateTable,
     DropChangeStream,
     DropTable,
+    RenameTable,
     Statement,
     StreamOptions,
     StreamTarget,
@@ -235,7 +237,9 @@ class _Parser:
             self._expect_keyword("STREAM")
             return self._create_change_stream()
         if self._accept_keyword("ALTER"):
-            self._expect_keyword("CHANGE", "CHANGE STREAM after ALTER")
+            if self._accept_keyword("TABLE"):
+                return self._rename_table()
+            self._expect_keyword("CHANGE", "TABLE or CHANGE STREAM after ALTER")
             self._expect_keyword("STREAM")
             return self._alter_change_stream()
         if self._accept_keyword("DROP"):
@@ -243,18 +247,22 @@ class _Parser:
                 return DropTable(self._name("table name").value)
             self._expect_keyword("CHANGE", "TABLE or CHANGE STREAM after DROP")
             self._expect_keyword("STREAM")
-            return DropChangeStream(self._name("change stream name").value)
+            return DropChangeStream(self._user_name("change stream name").value)
         raise self._unexpected("CREATE, ALTER or DROP")
 
-    def _create_table(self) -> CreateTable:
-        name_token = self._name("table name")
-        table = name_token.value
-        if table.lower().startswith(_SYSTEM_TABLE_PREFIX):
+    def _user_name(self, what: str) -> _Token:
+        """A name user DDL may create, alter or drop: not one of the engine's own."""
+        token = self._name(what)
+        if token.value.lower().startswith(_SYSTEM_TABLE_PREFIX):
             raise self._error(
-                f"table name {table!r} is reserved: names starting with "
-                f"{_SYSTEM_TABLE_PREFIX!r} belong to changestream's system tables",
-                name_token,
+                f"{what} {token.value!r} is reserved: names starting with "
+                f"{_SYSTEM_TABLE_PREFIX!r} belong to changestream's system tables and streams",
+                token,
             )
+        return token
+
+    def _create_table(self) -> CreateTable:
+        table = self._user_name("table name").value
         self._expect_punct("(")
         if self._at_punct(")"):
             raise self._error(f"table {table!r} has no columns", self._token)
@@ -364,14 +372,20 @@ class _Parser:
         self._expect_punct(")", "',' or ')'")
         return tuple(key)
 
+    def _rename_table(self) -> RenameTable:
+        name = self._name("table name").value
+        self._expect_keyword("RENAME", f"RENAME TO after ALTER TABLE {name}")
+        self._expect_keyword("TO")
+        return RenameTable(name, self._user_name("new table name").value)
+
     def _create_change_stream(self) -> CreateChangeStream:
-        name = self._name("change stream name").value
+        name = self._user_name("change stream name").value
         for_all, targets = self._for_clause() if self._accept_keyword("FOR") else (False, ())
         options = self._stream_options() if self._accept_keyword("OPTIONS") else StreamOptions()
         return CreateChangeStream(name, for_all, targets, options)
 
     def _alter_change_stream(self) -> AlterChangeStream:
-        name = self._name("change stream name").value
+        name = self._user_name("change stream name").value
         if self._accept_keyword("SET"):
             if self._accept_keyword("FOR"):
                 return AlterChangeStream(name, set_for=self._for_clause())

@@ -8,6 +8,9 @@ from typing import Any
 from changestream.types import ColumnType
 
 VALUE_CAPTURE_TYPES = ("OLD_AND_NEW_VALUES", "NEW_VALUES", "NEW_ROW", "NEW_ROW_AND_OLD_VALUES")
+#: The full new row and the full old row of every change, for the engine's own streams (watch()
+#: needs whole pre- and post-images). Not in VALUE_CAPTURE_TYPES, so user DDL cannot select it.
+SYSTEM_VALUE_CAPTURE_TYPE = "OLD_AND_NEW_ROW"
 DEFAULT_VALUE_CAPTURE_TYPE = "OLD_AND_NEW_VALUES"
 DEFAULT_RETENTION_SECONDS = 24 * 3600
 MIN_RETENTION_SECONDS = 3600
@@ -157,6 +160,14 @@ class DropTable:
 
 
 @dataclass(frozen=True, slots=True)
+class RenameTable:
+    """``ALTER TABLE name RENAME TO new_name``."""
+
+    name: str
+    new_name: str
+
+
+@dataclass(frozen=True, slots=True)
 class CreateChangeStream:
     name: str
     for_all: bool
@@ -179,4 +190,11 @@ class DropChangeStream:
     name: str
 
 
-Statement = CreateTable | DropTable | CreateChangeStream | AlterChangeStream | DropChangeStream
+Statement = (
+    CreateTable
+    | DropTable
+    | RenameTable
+    | CreateChangeStream
+    | AlterChangeStream
+    | DropChangeStream
+)

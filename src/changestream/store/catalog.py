@@ -14,6 +14,7 @@ from changestream.ddl.schema import (
     CreateTable,
     DropChangeStream,
     DropTable,
+    RenameTable,
     Statement,
     StreamOptions,
     StreamTarget,
@@ -21,7 +22,7 @@ from changestream.ddl.schema import (
 )
 from changestream.errors import AlreadyExists, FailedPrecondition, NotFound
 from changestream.store.keys import quote
-from changestream.store.sqlite_layout import create_table_sql
+from changestream.store.sqlite_layout import SYSTEM_PREFIX, create_table_sql
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,9 +64,13 @@ class Catalog:
         """The change stream called ``name``, or NotFound listing the streams there are."""
         entry = self.streams.get(name)
         if entry is None:
-            known = ", ".join(sorted(self.streams)) or "none"
+            known = ", ".join(sorted(self.user_streams())) or "none"
             raise NotFound(f"change stream {name!r} does not exist (change streams: {known})")
         return entry
+
+    def user_streams(self) -> dict[str, StreamEntry]:
+        """The change streams users created: the engine's own (``_cs_`` names) are left out."""
+        return {n: e for n, e in self.streams.items() if not n.startswith(SYSTEM_PREFIX)}
 
     def streams_tracking(self, table: str) -> list[StreamEntry]:
         """The change streams that track ``table`` at all."""
@@ -77,6 +82,8 @@ class Catalog:
             self._create_table(conn, statement.table)
         elif isinstance(statement, DropTable):
             self._drop_table(conn, statement.name)
+        elif isinstance(statement, RenameTable):
+            self._rename_table(conn, statement.name, statement.new_name)
         elif isinstance(statement, CreateChangeStream):
             self._create_stream(conn, statement, commit_ts)
         elif isinstance(statement, AlterChangeStream):
@@ -94,8 +101,8 @@ class Catalog:
         )
         self.tables[table.name] = table
 
-    def _drop_table(self, conn: sqlite3.Connection, name: str) -> None:
-        self.table(name)
+    def _check_untracked(self, name: str, action: str) -> None:
+        """Tables a stream names explicitly cannot go away under it (FOR ALL streams can)."""
         watchers = [
             e.definition.name
             for e in self.streams.values()
@@ -103,12 +110,34 @@ class Catalog:
         ]
         if watchers:
             raise FailedPrecondition(
-                f"table {name!r} is tracked by change stream(s) {', '.join(watchers)}; "
-                "remove it with ALTER CHANGE STREAM ... SET FOR first"
+                f"cannot {action} table {name!r}: it is tracked by change stream(s) "
+                f"{', '.join(watchers)}; remove it with ALTER CHANGE STREAM ... SET FOR first"
             )
+
+    def _drop_table(self, conn: sqlite3.Connection, name: str) -> None:
+        self.table(name)
+        self._check_untracked(name, "drop")
         conn.execute(f"DROP TABLE {quote(name)}")
         conn.execute("DELETE FROM _cs_tables WHERE name = ?", (name,))
         del self.tables[name]
+
+    def _rename_table(self, conn: sqlite3.Connection, name: str, new_name: str) -> None:
+        table = self.table(name)
+        # SQLite table names are case-insensitive, so "t" would collide with "T".
+        taken = [t for t in self.tables if t.lower() == new_name.lower() and t != name]
+        if taken:
+            raise AlreadyExists(
+                f"cannot rename table {name!r} to {new_name!r}: {taken[0]!r} exists"
+            )
+        self._check_untracked(name, "rename")
+        conn.execute(f"ALTER TABLE {quote(name)} RENAME TO {quote(new_name)}")
+        renamed = replace(table, name=new_name)
+        conn.execute(
+            "UPDATE _cs_tables SET name = ?, definition = ? WHERE name = ?",
+            (new_name, orjson.dumps(renamed.to_catalog()), name),
+        )
+        del self.tables[name]
+        self.tables[new_name] = renamed
 
     def _check_targets(self, stream: str, targets: tuple[StreamTarget, ...]) -> None:
         for target in targets:
@@ -168,6 +197,7 @@ class Catalog:
     def _drop_stream(self, conn: sqlite3.Connection, statement: DropChangeStream) -> None:
         entry = self.stream(statement.name)
         conn.execute("DELETE FROM _cs_log WHERE stream_id = ?", (entry.stream_id,))
+        conn.execute("DELETE FROM _cs_leases WHERE StreamId = ?", (entry.stream_id,))
         conn.execute("DELETE FROM _cs_streams WHERE stream_id = ?", (entry.stream_id,))
         del self.streams[statement.name]
 

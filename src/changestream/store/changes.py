@@ -22,6 +22,8 @@ class RowChange:
     after: dict[str, Any] | None
     written: set[str] = field(default_factory=set)
     split_id: int = 0
+    #: The row existed and a ``replace`` mutation rewrote it whole (an UPDATE to user streams).
+    replaced: bool = False
 
 
 @dataclass(slots=True)
@@ -38,6 +40,18 @@ class InsertBatch:
 
 
 @dataclass(frozen=True, slots=True)
+class SchemaChange:
+    """A table that DDL dropped (``new_name`` None) or renamed, for the engine's own streams.
+
+    ``split_id`` is the split holding the start of the table's key range at the DDL's commit.
+    """
+
+    table: str
+    new_name: str | None
+    split_id: int
+
+
+@dataclass(frozen=True, slots=True)
 class CommitContext:
     """Everything capture needs to know about one committing transaction."""
 
@@ -47,6 +61,7 @@ class CommitContext:
     is_system_transaction: bool
     changes: list[RowChange | InsertBatch]
     catalog: Catalog
+    schema_changes: tuple[SchemaChange, ...] = ()
 
 
 #: (stream_id, split_id, commit_ts, record_sequence, payload) — one row of ``_cs_log``.

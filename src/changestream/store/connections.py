@@ -30,7 +30,8 @@ class ConnectionPool:
         self._synchronous = DURABILITY_MODES[durability]
         self._local = threading.local()
         self._lock = threading.Lock()
-        self._all: list[sqlite3.Connection] = []
+        #: Every connection and the thread that owns it.
+        self._all: list[tuple[sqlite3.Connection, threading.Thread]] = []
         self._closed = False
 
     def get(self) -> sqlite3.Connection:
@@ -38,6 +39,10 @@ class ConnectionPool:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is not None and not self._closed:
             return conn
+        if conn is not None:
+            # The pool was closed while this thread was busy: close its connection here.
+            self._local.conn = None
+            conn.close()
         return self._open()
 
     def _open(self) -> sqlite3.Connection:
@@ -51,7 +56,7 @@ class ConnectionPool:
                 check_same_thread=False,
                 detect_types=sqlite3.PARSE_DECLTYPES,
             )
-            self._all.append(conn)
+            self._all.append((conn, threading.current_thread()))
         with translate_busy(self.busy_timeout):
             conn.execute("PRAGMA journal_mode=WAL")
         conn.execute(f"PRAGMA synchronous={self._synchronous}")
@@ -59,11 +64,16 @@ class ConnectionPool:
         return conn
 
     def close(self) -> None:
+        """Close this thread's connection and those of finished threads. Closing a connection
+        another thread is running a statement on crashes sqlite3, so a live thread's connection
+        is closed by that thread when it next uses the pool (or when the pool is collected)."""
         with self._lock:
             self._closed = True
             connections, self._all = self._all, []
-        for conn in connections:
-            conn.close()
+        me = threading.current_thread()
+        for conn, owner in connections:
+            if owner is me or not owner.is_alive():
+                conn.close()
 
     @property
     def closed(self) -> bool:

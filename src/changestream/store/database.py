@@ -9,26 +9,32 @@ import sqlite3
 import tempfile
 import threading
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
 
 from changestream.clock import Clock, next_commit_ts, now_us
 from changestream.ddl import parse_ddl
-from changestream.ddl.schema import Statement
-from changestream.errors import InvalidArgument
+from changestream.ddl.schema import (
+    CreateChangeStream,
+    DropTable,
+    RenameTable,
+    Statement,
+    StreamOptions,
+)
+from changestream.errors import AlreadyExists, InvalidArgument
 from changestream.store import splits as split_ops
 from changestream.store.catalog import Catalog
-from changestream.store.changes import CaptureFn, CommitContext
+from changestream.store.changes import CaptureFn, CommitContext, SchemaChange
 from changestream.store.codec import RowCodec
 from changestream.store.connections import ConnectionPool, translate_busy
-from changestream.store.keys import KeyRange, encode_key, quote
+from changestream.store.keys import KeyRange, encode_key, quote, table_prefix
 from changestream.store.load import forget_before
 from changestream.store.policy import Action, SplitPolicy, load_policy, save_policy
 from changestream.store.rebalancer import Rebalancer
 from changestream.store.rows import check_columns, key_condition, storage_key
 from changestream.store.splits import Split, SplitMap
-from changestream.store.sqlite_layout import SYSTEM_TABLES
+from changestream.store.sqlite_layout import SYSTEM_TABLE_NAMES, SYSTEM_TABLES
 
 _GC_INTERVAL_US = 60_000_000
 
@@ -127,10 +133,10 @@ class Store:
         """Create the system tables on first use; an initialized file needs no write lock,
         so a database can be opened while another process is writing."""
         conn = self.connection()
-        created = conn.execute(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '_cs_meta'"
-        ).fetchone()
-        if created and conn.execute("SELECT 1 FROM _cs_meta").fetchone():
+        existing = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+        # A file made before a system table was added gets it here, once, under the lock.
+        complete = existing.issuperset(SYSTEM_TABLE_NAMES)
+        if complete and conn.execute("SELECT 1 FROM _cs_meta").fetchone():
             return
         with self._begin() as conn:
             for statement in SYSTEM_TABLES.split(";"):
@@ -142,6 +148,7 @@ class Store:
                     "INSERT INTO _cs_meta VALUES (1, ?, 0, 0, 0, 0, ?)", (ts, secrets.token_hex(16))
                 )
                 split_ops.create_initial_split(conn, ts)
+            if conn.execute("SELECT 1 FROM _cs_policy").fetchone() is None:
                 save_policy(conn, SplitPolicy())
 
     # -- state -----------------------------------------------------------------------------
@@ -274,7 +281,7 @@ class Store:
 
     def capture(self, ctx: WriteContext, context: CommitContext) -> None:
         """Run change capture and append its rows to the change log, in the open transaction."""
-        if self._capture is None or not context.changes:
+        if self._capture is None or not (context.changes or context.schema_changes):
             return
         rows = self._capture(context)
         if rows:
@@ -338,17 +345,58 @@ class Store:
             parsed.extend(parse_ddl(text))
         if not parsed:
             raise InvalidArgument("execute_ddl was given no statement")
+        return self._apply_ddl(parsed)
+
+    def ensure_system_stream(self, name: str, value_capture_type: str) -> None:
+        """Create the engine's own change stream ``name`` (FOR ALL) unless it exists; user DDL
+        cannot, as its names start with ``_cs_`` and its capture type is not a public one."""
+        if name in self.catalog().streams:
+            return
+        options = StreamOptions(value_capture_type=value_capture_type)
+        with suppress(AlreadyExists):  # another connection created it since the check above
+            self._apply_ddl([CreateChangeStream(name, True, (), options)])
+
+    def _apply_ddl(self, parsed: list[Statement]) -> int:
         conn = self.connection()
         with self._begin():
             meta = self.read_meta(conn)
+            # The live split map places the records of dropped and renamed tables.
+            self._refresh(conn, meta)
             catalog = Catalog.load(conn)
             ctx = WriteContext(conn, meta, catalog, self._split_map, self.now)
             ts = ctx.allocate_commit_ts()
             for statement in parsed:
                 catalog.apply(conn, statement, ts)
             ctx.catalog_changed = True
+            self._capture_schema_changes(ctx, parsed)
             self._save_meta(ctx)
         return ts
+
+    def _capture_schema_changes(self, ctx: WriteContext, parsed: list[Statement]) -> None:
+        """Hand dropped and renamed tables to capture, in the DDL's own SQLite transaction, so
+        the engine's streams (watch()) record them exactly once and in commit order."""
+        changes = tuple(
+            SchemaChange(
+                statement.name,
+                statement.new_name if isinstance(statement, RenameTable) else None,
+                ctx.splits.find(table_prefix(statement.name)).split_id,
+            )
+            for statement in parsed
+            if isinstance(statement, DropTable | RenameTable)
+        )
+        if not changes:
+            return
+        ctx.meta.txn_seq += 1
+        context = CommitContext(
+            commit_ts=ctx.commit_ts,
+            server_transaction_id=f"{ctx.meta.txn_seq}",
+            transaction_tag="",
+            is_system_transaction=True,
+            changes=[],
+            catalog=ctx.catalog,
+            schema_changes=changes,
+        )
+        self.capture(ctx, context)
 
     # -- reads -------------------------------------------------------------------------------
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sqlite3
 
 from changestream.ddl.schema import Table
@@ -65,7 +66,23 @@ CREATE TABLE IF NOT EXISTS _cs_policy (
     leader TEXT,
     lease_expires INTEGER NOT NULL DEFAULT 0
 );
+CREATE TABLE IF NOT EXISTS _cs_leases (
+    StreamId INTEGER NOT NULL,
+    Consumer TEXT NOT NULL,
+    StatusType TEXT NOT NULL,
+    StatusValue TEXT NOT NULL,
+    Checkpoint TEXT NOT NULL,
+    LeaseCounter INTEGER NOT NULL,
+    LeaseOwner TEXT,
+    LeaseStealer TEXT,
+    ParentShardIds TEXT NOT NULL,
+    StartTimestamp INTEGER NOT NULL,
+    PRIMARY KEY (StreamId, Consumer, StatusType, StatusValue)
+) WITHOUT ROWID;
 """
+
+#: Every system table, so opening a file made by an older version can add the missing ones.
+SYSTEM_TABLE_NAMES = tuple(re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)", SYSTEM_TABLES))
 
 # SQLite picks a column's affinity from substrings of its declared type, and Python's sqlite3
 # picks a converter from the declared type's first word; these names get both right.

@@ -314,13 +314,13 @@ def _assign_splits(
             whole_table[table.name] = ctx.splits.single_split_for_table(table.name)
         split = whole_table[table.name]
         if isinstance(change, InsertBatch):
-            keys = [change.codec.key(row) for row in change.rows]
+            rows = change.rows
             if split is not None:
                 change.split_id = split.split_id
-                count(split.split_id, len(keys), table, keys[len(keys) // 2])
+                count(split.split_id, len(rows), table, change.codec.key(rows[len(rows) // 2]))
                 continue
             change.split_ids = []
-            for key in keys:
+            for key in map(change.codec.key, rows):
                 split_id = ctx.splits.find(encode_key(table, key, normalized=True)).split_id
                 change.split_ids.append(split_id)
                 count(split_id, 1, table, key)
@@ -378,7 +378,9 @@ class Transaction:
         codec = self._store.codec(table, columns)
         if isinstance(values, str | bytes) or not isinstance(values, Sequence):
             raise InvalidArgument(f"values must be a list of rows, got {values!r}")
-        self._mutations.append(Mutation(op, codec, codec.rows(values)))
+        rows = codec.rows(values)
+        if rows:
+            self._mutations.append(Mutation(op, codec, rows))
 
     def insert(self, table: str, columns: Sequence[str], values: Sequence[Sequence[Any]]) -> None:
         """Insert rows; the commit fails with AlreadyExists if any row exists."""

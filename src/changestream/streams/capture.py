@@ -1,4 +1,19 @@
-"""Change capture: a committing transaction's row changes become data change records."""
+"""Change capture: a committing transaction's row changes become data change records.
+
+The engine's own streams (value capture type ``OLD_AND_NEW_ROW``, see
+:data:`~changestream.ddl.schema.SYSTEM_VALUE_CAPTURE_TYPE`) differ from user streams in three
+ways, so watch() can build whole pre- and post-images and drop/rename events:
+
+- every UPDATE and DELETE carries the full old row and every UPDATE the full new row;
+- a ``replace`` of an existing row is recorded with mod type ``REPLACE`` instead of ``UPDATE``;
+- a dropped or renamed table becomes a system record (``is_system_transaction: true``, empty
+  ``transaction_tag`` and ``column_types``) in the split holding the start of the table's key
+  range, committed in the DDL's SQLite transaction: ``mod_type`` is ``DROP_TABLE`` or
+  ``RENAME_TABLE``, and its one mod is ``{"keys": {}, "old_values": {"table_name": <old>},
+  "new_values": {"table_name": <new>}}`` (``new_values`` empty for a drop).
+
+User streams never see any of this: their records keep the seed's shape.
+"""
 
 from __future__ import annotations
 
@@ -8,15 +23,21 @@ from typing import Any
 
 import orjson
 
-from changestream.ddl.schema import ChangeStream, Table
+from changestream.ddl.schema import SYSTEM_VALUE_CAPTURE_TYPE, ChangeStream, Table
 from changestream.store.catalog import Catalog, StreamEntry
-from changestream.store.changes import CommitContext, InsertBatch, LogRow, RowChange
+from changestream.store.changes import (
+    CommitContext,
+    InsertBatch,
+    LogRow,
+    RowChange,
+    SchemaChange,
+)
 from changestream.streams.records import sequence_text
 from changestream.types import identity, json_encoder
 
 _OLD_FOR_UPDATE = {"OLD_AND_NEW_VALUES", "NEW_ROW_AND_OLD_VALUES"}
-_FULL_NEW_ROW = {"NEW_ROW", "NEW_ROW_AND_OLD_VALUES"}
-_OLD_FOR_DELETE = {"OLD_AND_NEW_VALUES", "NEW_ROW_AND_OLD_VALUES"}
+_FULL_NEW_ROW = {"NEW_ROW", "NEW_ROW_AND_OLD_VALUES", SYSTEM_VALUE_CAPTURE_TYPE}
+_OLD_FOR_DELETE = {"OLD_AND_NEW_VALUES", "NEW_ROW_AND_OLD_VALUES", SYSTEM_VALUE_CAPTURE_TYPE}
 
 
 BatchBuilder = Callable[[list[tuple[Any, ...]]], list[dict[str, Any]]]
@@ -90,6 +111,10 @@ def _mod(plan: _Plan, change: RowChange) -> tuple[str, dict[str, Any], dict[str,
         changed = [name for name in plan.tracked if name in change.written]
         if not changed:
             return None
+        if capture == SYSTEM_VALUE_CAPTURE_TYPE:
+            old = _values(plan, before, plan.tracked)
+            mod_type = "REPLACE" if change.replaced else "UPDATE"
+            return mod_type, _values(plan, after, plan.tracked), old
         new = _values(plan, after, plan.tracked if capture in _FULL_NEW_ROW else changed)
         old = _values(plan, before, changed) if capture in _OLD_FOR_UPDATE else {}
         return "UPDATE", new, old
@@ -158,7 +183,47 @@ class ChangeCapture:
         rows: list[LogRow] = []
         for stream_id, records in by_stream.items():
             rows.extend(_records(context, stream_id, records, plan_of))
+        if context.schema_changes:
+            rows.extend(_schema_records(context))
         return rows
+
+
+def _schema_records(context: CommitContext) -> list[LogRow]:
+    """The system records of dropped and renamed tables, for the engine's own streams."""
+    rows: list[LogRow] = []
+    changes = context.schema_changes
+    for entry in context.catalog.streams.values():
+        stream = entry.definition
+        if stream.value_capture_type != SYSTEM_VALUE_CAPTURE_TYPE:
+            continue
+        mine = [c for c in changes if stream.target_for(c.table) is not None]
+        last_in_split = {change.split_id: sequence for sequence, change in enumerate(mine)}
+        for sequence, change in enumerate(mine):
+            payload = orjson.dumps(
+                {
+                    "record_sequence": sequence_text(sequence),
+                    "server_transaction_id": context.server_transaction_id,
+                    "is_last_record_in_transaction_in_partition": (
+                        last_in_split[change.split_id] == sequence
+                    ),
+                    "table_name": change.table,
+                    "column_types": [],
+                    "mods": [_schema_mod(change)],
+                    "mod_type": "DROP_TABLE" if change.new_name is None else "RENAME_TABLE",
+                    "value_capture_type": stream.value_capture_type,
+                    "number_of_records_in_transaction": len(mine),
+                    "number_of_partitions_in_transaction": len(last_in_split),
+                    "transaction_tag": context.transaction_tag,
+                    "is_system_transaction": context.is_system_transaction,
+                }
+            )
+            rows.append((entry.stream_id, change.split_id, context.commit_ts, sequence, payload))
+    return rows
+
+
+def _schema_mod(change: SchemaChange) -> dict[str, Any]:
+    new = {} if change.new_name is None else {"table_name": change.new_name}
+    return {"keys": {}, "new_values": new, "old_values": {"table_name": change.table}}
 
 
 def _batch_builder(plan: _Plan, columns: tuple[str, ...]) -> BatchBuilder:

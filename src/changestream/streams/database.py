@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from changestream.clock import Clock, format_ts, parse_ts
+from changestream.ddl.schema import SYSTEM_VALUE_CAPTURE_TYPE
 from changestream.errors import InvalidArgument, NotFound
 from changestream.sql.statements import (
     DmlStatement,
@@ -17,15 +19,23 @@ from changestream.sql.statements import (
 )
 from changestream.store.database import Store
 from changestream.store.keys import describe_key
+from changestream.store.leases import LeaseTable, check_consumer, lease_consumers
 from changestream.store.load import write_rates
 from changestream.store.splits import Split, all_splits, splits_live_at
 from changestream.store.transaction import Transaction
 from changestream.streams.capture import ChangeCapture
+from changestream.streams.interface import WatchSource
 from changestream.streams.read import ChangeStreamReader, validate
 from changestream.streams.records import ChangeRecord, googlesql_row, postgresql_row
 from changestream.streams.tokens import PartitionId, encode_token
 
+if TYPE_CHECKING:
+    from changestream.watch import ChangeStreamCursor, TableHandle
+
 Params = Mapping[str, Any] | Sequence[Any] | None
+
+#: The internal change stream watch() reads (see :meth:`EmbeddedDatabase.ensure_watch_stream`).
+WATCH_STREAM = "_cs_watch"
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +94,58 @@ class EmbeddedDatabase(Store):
     def transaction(self, tag: str | None = None) -> Transaction:
         """A read-write transaction: ``with db.transaction(tag="app=x") as tx: tx.insert(...)``."""
         return Transaction(self, tag)
+
+    def ensure_watch_stream(self) -> WatchSource:
+        """The internal change stream watch() reads, created on first use: FOR ALL, with full
+        old and new rows, and out of reach of user DDL. From then on every commit also writes
+        its records."""
+        self.ensure_system_stream(WATCH_STREAM, SYSTEM_VALUE_CAPTURE_TYPE)
+        created = self.catalog().stream(WATCH_STREAM).created_ts
+        database = os.path.splitext(os.path.basename(self.path))[0]
+        return WatchSource(WATCH_STREAM, database, max(self.now(), created))
+
+    def watch(
+        self,
+        pipeline: Sequence[Mapping[str, Any]] | None = None,
+        full_document: str = "default",
+        full_document_before_change: str = "off",
+        resume_after: Mapping[str, str] | None = None,
+        start_after: Mapping[str, str] | None = None,
+        start_at_operation_time: Any = None,
+        max_await_time_ms: int | None = None,
+        batch_size: int | None = None,
+    ) -> ChangeStreamCursor:
+        """A MongoDB-style cursor over every change to every table, in commit order.
+
+        ``pipeline``: ``$match``/``$project`` stages. ``full_document``: ``"default"``,
+        ``"updateLookup"`` (updates carry the row as it is when the event is read),
+        ``"whenAvailable"``/``"required"`` (updates carry the row the change wrote).
+        ``full_document_before_change``: ``"off"``, ``"whenAvailable"``, ``"required"``.
+        Start from now, or ``resume_after``/``start_after`` a resume token, or at
+        ``start_at_operation_time`` (a ClusterTime, datetime, RFC 3339 string or
+        microseconds). ``max_await_time_ms``: how long ``try_next()`` waits (default 1000).
+        ``batch_size``: records each partition reader may read ahead (default 1000).
+        """
+        from changestream.watch import ChangeStreamCursor  # watch builds on this layer
+
+        return ChangeStreamCursor(
+            self,
+            None,
+            pipeline,
+            full_document,
+            full_document_before_change,
+            resume_after,
+            start_after,
+            start_at_operation_time,
+            max_await_time_ms,
+            batch_size,
+        )
+
+    def table(self, name: str) -> TableHandle:
+        """A handle on table ``name``: ``db.table("T").watch()`` watches it alone."""
+        from changestream.watch import TableHandle  # watch builds on this layer
+
+        return TableHandle(self, name)
 
     def read_change_stream(
         self,
@@ -176,3 +238,11 @@ class EmbeddedDatabase(Store):
             stream,
             lambda created: [s for s in all_splits(conn) if s.end_ts is None or s.end_ts > created],
         )
+
+    def leases(self, stream: str, consumer: str) -> LeaseTable:
+        """The lease table of consumer group ``consumer`` on ``stream`` (the Stream Client's)."""
+        return LeaseTable(self, self.catalog().stream(stream).stream_id, check_consumer(consumer))
+
+    def lease_consumers(self, stream: str) -> list[str]:
+        """The consumer groups that keep leases on ``stream``, sorted."""
+        return lease_consumers(self.connection(), self.catalog().stream(stream).stream_id)

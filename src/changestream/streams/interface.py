@@ -4,12 +4,28 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, Protocol, runtime_checkable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from changestream.store.keys import KeyRange
+from changestream.store.leases import Lease
 from changestream.streams.records import ChangeRecord
 
+if TYPE_CHECKING:  # watch builds on this layer; only its types are named here
+    from changestream.watch import ChangeStreamCursor, TableHandle
+
 Params = Mapping[str, Any] | Sequence[Any] | None
+
+
+@dataclass(frozen=True, slots=True)
+class WatchSource:
+    """What watch() reads, from :meth:`Database.ensure_watch_stream`: the internal change
+    stream's name, the database's name (``ns.db`` in events), and the database clock in
+    microseconds when asked (where a watch() without a resume point starts)."""
+
+    stream: str
+    database: str
+    now: int
 
 
 @runtime_checkable
@@ -39,8 +55,21 @@ class TransactionLike(Protocol):
 
 
 @runtime_checkable
+class LeaseTableLike(Protocol):
+    """One consumer group's lease rows on one change stream; every change is conditional on
+    ``LeaseCounter`` and bumps it, so two writers never both succeed from the same view."""
+
+    def list_leases(self) -> list[Lease]: ...
+    def get(self, status_type: str, status_value: str) -> Lease | None: ...
+    def insert_if_absent(self, lease: Lease) -> bool: ...
+    def update(self, lease: Lease) -> Lease | None: ...
+    def delete(self, lease: Lease) -> bool: ...
+
+
+@runtime_checkable
 class Database(Protocol):
-    """A change-stream database: DDL, transactions, reads, SQL, the read function and splits.
+    """A change-stream database: DDL, transactions, reads, SQL, the read function, splits and
+    the consumer groups' lease tables.
 
     ``changestream.open(path)`` gives the embedded implementation.
     """
@@ -67,3 +96,18 @@ class Database(Protocol):
     def partitions(self, stream: str, at: Any = None) -> list[Any]: ...
     def split_at(self, table: str, key: Sequence[Any]) -> int: ...
     def merge_at(self, table: str, key: Sequence[Any]) -> int: ...
+    def leases(self, stream: str, consumer: str) -> LeaseTableLike: ...
+    def lease_consumers(self, stream: str) -> list[str]: ...
+    def ensure_watch_stream(self) -> WatchSource: ...
+    def watch(
+        self,
+        pipeline: Sequence[Mapping[str, Any]] | None = None,
+        full_document: str = "default",
+        full_document_before_change: str = "off",
+        resume_after: Mapping[str, str] | None = None,
+        start_after: Mapping[str, str] | None = None,
+        start_at_operation_time: Any = None,
+        max_await_time_ms: int | None = None,
+        batch_size: int | None = None,
+    ) -> ChangeStreamCursor: ...
+    def table(self, name: str) -> TableHandle: ...

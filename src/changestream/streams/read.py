@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar, overload
 
 from changestream.clock import format_ts, parse_ts
 from changestream.errors import InvalidArgument, InvalidToken, NotFound, OutOfRange
@@ -15,7 +15,6 @@ from changestream.store.catalog import StreamEntry
 from changestream.store.database import Store
 from changestream.store.splits import Split, load_split, load_splits, splits_live_at
 from changestream.streams.records import (
-    ChangeRecord,
     ChildPartition,
     ChildPartitionsRecord,
     DataChangeRecord,
@@ -98,12 +97,35 @@ def validate(
     return ReadRequest(entry, start, end, partition_token, heartbeat_milliseconds * 1000)
 
 
-class ChangeStreamReader:
-    """Yields one query's records: the initial child partitions, or one partition's records."""
+#: What a reader yields for each change-log row (see ``ChangeStreamReader``).
+D = TypeVar("D")
 
-    def __init__(self, store: Store, request: ReadRequest) -> None:
+
+class ChangeStreamReader(Generic[D]):
+    """Yields one query's records: the initial child partitions, or one partition's records.
+
+    ``data_record(commit_ts, payload, partition_token)`` makes what is yielded for each row of
+    the change log from its stored JSON; by default a :class:`DataChangeRecord`. The server
+    passes the payload on without decoding it.
+    """
+
+    @overload
+    def __init__(
+        self: ChangeStreamReader[DataChangeRecord], store: Store, request: ReadRequest
+    ) -> None: ...
+    @overload
+    def __init__(
+        self, store: Store, request: ReadRequest, data_record: Callable[[int, bytes, str], D]
+    ) -> None: ...
+    def __init__(
+        self,
+        store: Store,
+        request: ReadRequest,
+        data_record: Callable[[int, bytes, str], Any] = DataChangeRecord.from_payload,
+    ) -> None:
         self._store = store
         self._request = request
+        self._data_record = data_record
         self._secret = store.secret
         self._split: Split | None = None
         if request.token is not None:
@@ -134,7 +156,7 @@ class ChangeStreamReader:
             )
         return split
 
-    def __iter__(self) -> Iterator[ChangeRecord]:
+    def __iter__(self) -> Iterator[D | HeartbeatRecord | ChildPartitionsRecord]:
         if self._split is None:
             return self._initial()
         return self._partition(self._split)
@@ -154,7 +176,7 @@ class ChangeStreamReader:
                 time.sleep(delay)
                 delay = min(delay * 2, _MAX_POLL_S)
 
-    def _initial(self) -> Iterator[ChangeRecord]:
+    def _initial(self) -> Iterator[ChildPartitionsRecord]:
         start = self._request.start
         self._wait_until_safe(start)
         splits = splits_live_at(self._store.connection(), start)
@@ -207,7 +229,7 @@ class ChangeStreamReader:
         # A full batch may not reach ``upper`` yet: report -1 so the caller reads on first.
         return (upper if len(rows) < _BATCH else -1), end_ts, rows
 
-    def _partition(self, split: Split) -> Iterator[ChangeRecord]:
+    def _partition(self, split: Split) -> Iterator[D | HeartbeatRecord | ChildPartitionsRecord]:
         request = self._request
         token = self._token(split.split_id)
         cursor = (request.start, -1)
@@ -218,7 +240,7 @@ class ChangeStreamReader:
         while True:
             through, end_ts, rows = self._snapshot(split.split_id, cursor)
             for commit_ts, _, payload in rows:
-                yield DataChangeRecord.from_payload(commit_ts, payload, token)
+                yield self._data_record(commit_ts, payload, token)
             if rows:
                 last_emit = time.monotonic()
                 cursor = (rows[-1][0], rows[-1][1])

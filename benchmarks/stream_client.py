@@ -1,0 +1,322 @@
+"""Stream Client benchmark: records/s with 1, 2 and 4 worker processes over 16 partitions,
+failover time after a SIGKILL, and the duplicates it causes. Prints one JSON line.
+
+Loads a backlog into a table whose change stream has 16 partitions, then lets a fresh
+consumer group of 1, 2 and 4 worker processes consume it: records/s from the first record
+processed to the last (lease balancing included), and seconds from starting the processes
+to the last record. The baseline, measured in the same run, is
+one process reading the 16 partitions one after the other with the read function and no
+leases. Then 2 workers consume while a writer commits; one is killed with SIGKILL and the
+time until its leases are owned elsewhere is measured, as are the records delivered twice
+(the killed worker's records after its last checkpoint).
+
+Workers are this script run with ``--worker``; each writes ``<partition> <ts> <seq>`` per
+record it processed (flushed before checkpointing) and ``C <partition>`` after each
+checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import TextIO
+
+import changestream
+from changestream import DataChangeRecord
+from changestream.client import Checkpointer, RecordProcessor, StreamClient
+from changestream.client.lease_table import PARTITION_LEASE
+
+STREAM = "OrdersStream"
+PARTITIONS = 16
+KEYS = 1600
+COLUMNS = ["OrderId", "Amount", "Note"]
+
+
+class FileSink(RecordProcessor):
+    """Writes one line per record, flushes, then checkpoints the batch."""
+
+    def __init__(self, out: TextIO, work_us: int) -> None:
+        self._out = out
+        self._work_s = work_us / 1e6
+
+    def process_records(self, records: list[DataChangeRecord], checkpointer: Checkpointer) -> None:
+        if self._work_s:
+            time.sleep(self._work_s * len(records))
+        lines = "".join(
+            f"{r.partition_token} {r.commit_timestamp} {r.record_sequence}\n" for r in records
+        )
+        self._out.write(lines)
+        self._out.flush()
+        checkpointer.checkpoint()
+        self._out.write(f"C {checkpointer.partition_token}\n")
+        self._out.flush()
+
+
+def worker_main(args: argparse.Namespace) -> None:
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    with changestream.open(args.path) as db, open(args.out, "a") as out:
+        StreamClient(
+            db,
+            STREAM,
+            args.worker_id,
+            lambda: FileSink(out, args.work_us),
+            lease_timeout=args.lease_timeout,
+            consumer=args.group,
+            start_timestamp=args.start,
+        ).run()
+
+
+def load(path: str, transactions: int) -> tuple[int, int]:
+    """The table, a 16-partition stream and the backlog; returns (stream creation, records)."""
+    with changestream.open(path) as db:
+        db.set_split_policy(enabled=False)
+        db.execute_ddl(
+            "CREATE TABLE Orders (OrderId INT64 NOT NULL, Amount INT64, Note STRING(MAX))"
+            " PRIMARY KEY (OrderId)"
+        )
+        step = KEYS // PARTITIONS
+        for boundary in range(step, KEYS, step):
+            db.split_at("Orders", (boundary,))
+        created = db.execute_ddl(f"CREATE CHANGE STREAM {STREAM} FOR Orders")
+        rng = random.Random(1)
+        for t in range(transactions):
+            keys = rng.sample(range(KEYS), 4)
+            with db.transaction() as tx:
+                tx.insert_or_update("Orders", COLUMNS, [[k, t, "standard"] for k in keys])
+        records = 0
+        end = db.last_commit_ts()
+        for partition in db.partitions(STREAM):
+            for record in db.read_change_stream(STREAM, created, end, partition.token, 10_000):
+                records += isinstance(record, DataChangeRecord)
+    return created, records
+
+
+def baseline(path: str, created: int) -> float:
+    """Records/s reading every partition with the read function in one process."""
+    with changestream.open(path) as db:
+        end = db.last_commit_ts()
+        started = time.perf_counter()
+        count = 0
+        for partition in db.partitions(STREAM):
+            for record in db.read_change_stream(STREAM, created, end, partition.token, 10_000):
+                count += isinstance(record, DataChangeRecord)
+        return count / (time.perf_counter() - started)
+
+
+def spawn(
+    path: str, group: str, worker: str, out: Path, start: int, timeout: float, work_us: int
+) -> subprocess.Popen[bytes]:
+    command = [sys.executable, __file__, "--worker", path, group, worker, str(out)]
+    command += ["--start", str(start), "--lease-timeout", str(timeout), "--work-us", str(work_us)]
+    return subprocess.Popen(command, stderr=subprocess.DEVNULL)
+
+
+def processed(outs: list[Path]) -> list[str]:
+    lines: list[str] = []
+    for out in outs:
+        if out.exists():
+            lines += [ln for ln in out.read_text().split("\n") if ln and not ln.startswith("C ")]
+    return lines
+
+
+class LineCounter:
+    """Counts record lines of growing files reading only what was appended, so polling
+    does not take CPU from the workers being measured."""
+
+    def __init__(self, outs: list[Path]) -> None:
+        self._outs = outs
+        self._offsets = [0] * len(outs)
+        self._records = 0
+
+    def count(self) -> int:
+        for i, out in enumerate(self._outs):
+            if not out.exists():
+                continue
+            with open(out, "rb") as f:
+                f.seek(self._offsets[i])
+                chunk = f.read()
+            whole = chunk[: chunk.rfind(b"\n") + 1]
+            self._offsets[i] += len(whole)
+            self._records += whole.count(b"\n") - whole.count(b"C ")
+        return self._records
+
+
+def stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def throughput(
+    path: str, tmp: Path, created: int, records: int, workers: int, work_us: int
+) -> tuple[float, float]:
+    """(records/s from the first record processed to the last, seconds from the start of
+    the processes to the last record)."""
+    outs = [tmp / f"w{workers}-{i}.txt" for i in range(workers)]
+    started = time.perf_counter()
+    procs = [
+        spawn(path, f"bench-{workers}", f"w{i}", out, created, 3.0, work_us)
+        for i, out in enumerate(outs)
+    ]
+    first = None
+    counter = LineCounter(outs)
+    try:
+        while (done := counter.count()) < records:
+            if first is None and done:
+                first = time.perf_counter()
+            if time.perf_counter() - started > 600:
+                raise SystemExit(f"{workers} workers did not finish within 600 s")
+            time.sleep(0.02)
+        finished = time.perf_counter()
+        return records / (finished - (first or started)), finished - started
+    finally:
+        stop(procs)
+
+
+def failover(path: str, tmp: Path, lease_timeout: float) -> dict[str, float | int]:
+    """Two workers on a live stream; SIGKILL one; measure the take-over and duplicates."""
+    with changestream.open(path) as db:
+        start = db.last_commit_ts()
+    halt = threading.Event()
+
+    def write() -> None:
+        rng = random.Random(2)
+        with changestream.open(path) as db:
+            while not halt.is_set():
+                with db.transaction() as tx:
+                    keys = rng.sample(range(KEYS), 4)
+                    tx.insert_or_update("Orders", COLUMNS, [[k, 0, "live"] for k in keys])
+                time.sleep(0.002)
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    outs = [tmp / "fail-a.txt", tmp / "fail-b.txt"]
+    procs = [
+        spawn(path, "failover", name, out, start, lease_timeout, 0)
+        for name, out in zip(("a", "b"), outs, strict=True)
+    ]
+    try:
+        with changestream.open(path) as db:
+            table = db.leases(STREAM, "failover")
+
+            def owners() -> Counter[str | None]:
+                rows = table.list_leases()
+                return Counter(r.lease_owner for r in rows if r.status_type == PARTITION_LEASE)
+
+            deadline = time.monotonic() + 120
+            while not (owners()["a"] and owners()["b"] and len(processed(outs[:1])) > 500):
+                if time.monotonic() > deadline:
+                    raise SystemExit("the failover workers did not start within 120 s")
+                time.sleep(0.05)
+            procs[0].send_signal(signal.SIGKILL)
+            killed = time.monotonic()
+            procs[0].wait()
+            held = {r.status_value for r in table.list_leases() if r.lease_owner == "a"}
+            while any(r.lease_owner == "a" for r in table.list_leases() if r.status_value in held):
+                time.sleep(0.01)
+            moved = time.monotonic() - killed
+        # What the killed worker processed after its last checkpoint of a partition may come
+        # again; a line cut short by the kill is dropped.
+        at_risk: Counter[str] = Counter()
+        for line in outs[0].read_text().split("\n")[:-1]:
+            if line.startswith("C "):
+                at_risk[line[2:]] = 0
+            else:
+                at_risk[line.split(" ")[0]] += 1
+        halt.set()
+        writer.join()
+        with changestream.open(path) as db:
+            end = db.last_commit_ts()
+            total = sum(
+                isinstance(r, DataChangeRecord)
+                for p in db.partitions(STREAM, at=start)
+                for r in _read_lineage(db, p.token, start, end)
+            )
+        deadline = time.monotonic() + 120
+        while len(set(processed(outs))) < total and time.monotonic() < deadline:
+            time.sleep(0.05)
+        lines = processed(outs)
+        return {
+            "failover_seconds": round(moved, 2),
+            "duplicates_after_failover": len(lines) - len(set(lines)),
+            "uncheckpointed_when_killed": sum(at_risk.values()),
+            "records_during_failover_run": total,
+            "missing_after_failover": total - len(set(lines)),
+        }
+    finally:
+        halt.set()
+        stop(procs)
+
+
+def _read_lineage(
+    db: changestream.EmbeddedDatabase, token: str, start: int, end: int
+) -> list[changestream.ChangeRecord]:
+    """Every record from ``token`` and its descendants between ``start`` and ``end``."""
+    out: list[changestream.ChangeRecord] = []
+    queue, seen = [(token, start)], {token}
+    while queue:
+        current, since = queue.pop()
+        for record in db.read_change_stream(STREAM, since, end, current, 10_000):
+            out.append(record)
+            if isinstance(record, changestream.ChildPartitionsRecord):
+                for child in record.child_partitions:
+                    if child.token not in seen:
+                        seen.add(child.token)
+                        queue.append((child.token, record.start_timestamp))
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--transactions", type=int, default=20000)
+    parser.add_argument("--work-us", type=int, default=0, help="simulated work per record")
+    parser.add_argument("--lease-timeout", type=float, default=2.0, help="for the failover run")
+    parser.add_argument("--worker", nargs=4, metavar=("PATH", "GROUP", "ID", "OUT"))
+    parser.add_argument("--start", type=int)
+    args = parser.parse_args()
+    if args.worker:
+        args.path, args.group, args.worker_id, args.out = args.worker
+        worker_main(args)
+        return
+    with tempfile.TemporaryDirectory() as tmpdir:
+        tmp = Path(tmpdir)
+        path = str(tmp / "bench.db")
+        created, records = load(path, args.transactions)
+        base = baseline(path, created)
+        runs = {n: throughput(path, tmp, created, records, n, args.work_us) for n in (1, 2, 4)}
+        rates = {n: rate for n, (rate, _) in runs.items()}
+        result: dict[str, object] = {
+            "benchmark": "stream_client",
+            "partitions": PARTITIONS,
+            "records": records,
+            "work_us_per_record": args.work_us,
+            "cores": os.cpu_count(),
+            "baseline_read_function_records_per_s": round(base),
+            **{f"records_per_s_{n}_workers": round(rate) for n, rate in rates.items()},
+            **{f"seconds_to_drain_{n}_workers": round(s, 2) for n, (_, s) in runs.items()},
+            "scaling_2_vs_1": round(rates[2] / rates[1], 2),
+            "scaling_4_vs_1": round(rates[4] / rates[1], 2),
+            "client_1_worker_vs_baseline": round(rates[1] / base, 2),
+            "lease_timeout_seconds": args.lease_timeout,
+            **failover(path, tmp, args.lease_timeout),
+        }
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

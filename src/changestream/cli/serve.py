@@ -1,0 +1,118 @@
+"""``changestream serve`` and ``changestream token``: run the server and make its tokens."""
+
+from __future__ import annotations
+
+import logging
+
+import click
+
+from changestream.errors import InvalidArgument
+
+
+@click.command()
+@click.argument("path")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", default=7070, show_default=True, type=click.IntRange(0, 65535))
+@click.option(
+    "--tokens",
+    "tokens_file",
+    metavar="FILE",
+    help="Accept the bearer tokens in FILE (made by `changestream token create`).",
+)
+@click.option(
+    "--insecure-no-auth",
+    is_flag=True,
+    help="Accept every request without a token, with every scope. For local use only.",
+)
+@click.option("--tls-cert", metavar="PEM", help="Serve HTTPS with this certificate (chain).")
+@click.option("--tls-key", metavar="PEM", help="The private key of --tls-cert.")
+@click.option(
+    "--keepalive",
+    default=10.0,
+    show_default=True,
+    type=click.FloatRange(min=0.1),
+    help="Seconds between keepalive lines on idle streams.",
+)
+@click.option(
+    "--max-body-bytes",
+    default=16 << 20,
+    show_default=True,
+    type=click.IntRange(min=1024),
+    help="Largest request body accepted.",
+)
+def serve(
+    path: str,
+    host: str,
+    port: int,
+    tokens_file: str | None,
+    insecure_no_auth: bool,
+    tls_cert: str | None,
+    tls_key: str | None,
+    keepalive: float,
+    max_body_bytes: int,
+) -> None:
+    """Serve the database file PATH, or every NAME.db file in directory PATH, over HTTP.
+
+    Clients connect with changestream.connect("http://HOST:PORT/NAME", token=...), where
+    NAME is the file name without .db; every command taking a database path also takes that
+    URL (with --token or $CHANGESTREAM_TOKEN). The API is described at /openapi.json and
+    /docs. SIGTERM or Ctrl-C stops gracefully: commits in flight finish, streams end and
+    their clients reconnect when the server is back.
+    """
+    from changestream.server import Databases, NoAuth, ServerConfig, TokenFile, create_app
+    from changestream.server.serve import make_server
+
+    if (tls_cert is None) != (tls_key is None):
+        raise InvalidArgument("--tls-cert and --tls-key go together")
+    if tokens_file is None and not insecure_no_auth:
+        raise InvalidArgument(
+            "pass --tokens FILE (make one with `changestream token create`) or, for local "
+            "use only, --insecure-no-auth"
+        )
+    if tokens_file is not None and insecure_no_auth:
+        raise InvalidArgument("--tokens and --insecure-no-auth exclude each other")
+    auth = NoAuth() if insecure_no_auth else TokenFile(tokens_file or "")
+    databases = Databases.serve(path)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    if insecure_no_auth:
+        click.secho(
+            "WARNING: --insecure-no-auth: anyone who can reach this port can read, write and "
+            "drop everything. Use --tokens for anything but local experiments.",
+            fg="red",
+            bold=True,
+            err=True,
+        )
+    config = ServerConfig(keepalive_seconds=keepalive, max_body_bytes=max_body_bytes)
+    server = make_server(create_app(databases, auth, config), host, port, tls_cert, tls_key)
+    scheme = "https" if tls_cert else "http"
+    names = ", ".join(databases.names()) or "none yet"
+    click.echo(f"serving {path} at {scheme}://{host}:{port}/NAME (databases: {names})", err=True)
+    server.run()
+
+
+@click.group()
+def token() -> None:
+    """Make bearer tokens for `changestream serve --tokens FILE`."""
+
+
+@token.command("create")
+@click.option("--tokens", "tokens_file", required=True, metavar="FILE", help="The tokens file.")
+@click.option(
+    "--scope",
+    "scopes",
+    default="read",
+    show_default=True,
+    metavar="SCOPES",
+    help="Comma-separated: read (reads, SQL, streams), write (transactions, leases), "
+    "admin (DDL, split/merge, split policy).",
+)
+@click.option("--name", default="", help="A note kept with the hash, e.g. who the token is for.")
+def create(tokens_file: str, scopes: str, name: str) -> None:
+    """Print a new token and append its hash and scopes to FILE.
+
+    The token itself is shown only now; FILE keeps its SHA-256. A running server picks up
+    the new line within a second. Delete the line to revoke the token.
+    """
+    from changestream.server.auth import create_token, parse_scopes
+
+    click.echo(create_token(tokens_file, parse_scopes(scopes), name))

@@ -1,0 +1,332 @@
+"""The partition consumer: reads one leased partition and feeds its processor in order.
+
+A reader thread tails the partition with the read function into a bounded mailbox; the
+consumer thread takes whatever has arrived (up to ``max_records``) as one batch, so a batch
+goes out as soon as records are there instead of waiting for a full one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass
+
+from changestream.client.checkpointer import Checkpointer, LeaseLost
+from changestream.client.coordinator import ClientConfig, HeldLease, LeaseCoordinator
+from changestream.client.lease_table import checkpoint_of
+from changestream.client.positions import Position
+from changestream.client.processor import (
+    InitializationContext,
+    ProcessorFactory,
+    RecordProcessor,
+    ShutdownReason,
+)
+from changestream.errors import DatabaseBusy, FailedPrecondition
+from changestream.streams.interface import Database
+from changestream.streams.records import (
+    ChangeRecord,
+    ChildPartitionsRecord,
+    DataChangeRecord,
+    HeartbeatRecord,
+)
+
+log = logging.getLogger("changestream.client")
+
+_POLL_S = 0.1
+_FIRST_BACKOFF_S = 0.1
+
+
+@dataclass(frozen=True, slots=True)
+class _ReadFailed:
+    error: BaseException
+
+
+_Item = ChangeRecord | _ReadFailed
+
+
+class _Mailbox:
+    """A bounded hand-off from a reader thread to a consumer thread.
+
+    Cheaper per record than ``queue.Queue`` (which takes a lock and notifies on every put):
+    a deque, with a wake-up only when it turns non-empty or gains room.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self._items: deque[_Item] = deque()
+        self._capacity = capacity
+        self._ready = threading.Event()
+        self._room = threading.Event()
+        #: Set when the consumer wants no more items; the reader then stops.
+        self.closed = threading.Event()
+
+    def put(self, item: _Item) -> bool:
+        """Append ``item``, waiting for room; False once the mailbox is closed."""
+        while len(self._items) >= self._capacity and not self.closed.is_set():
+            self._room.clear()
+            if len(self._items) >= self._capacity:
+                self._room.wait(_POLL_S)
+        if self.closed.is_set():
+            return False
+        self._items.append(item)
+        if not self._ready.is_set():
+            self._ready.set()
+        return True
+
+    def take(self, limit: int, timeout: float) -> list[_Item]:
+        """Up to ``limit`` items, waiting up to ``timeout`` seconds for the first."""
+        self._ready.clear()
+        if not self._items:
+            self._ready.wait(timeout)
+        items = self._items
+        taken = [items.popleft() for _ in range(min(limit, len(items)))]
+        self._room.set()
+        return taken
+
+
+class PartitionConsumer:
+    """Processes one held lease from its checkpoint until the partition ends, the lease is
+    lost, or the worker stops or hands the partition over."""
+
+    def __init__(
+        self,
+        db: Database,
+        coordinator: LeaseCoordinator,
+        held: HeldLease,
+        config: ClientConfig,
+        factory: ProcessorFactory,
+        stopping: threading.Event,
+        executor: Executor,
+        on_fatal: Callable[[BaseException], None],
+    ) -> None:
+        self._db = db
+        self._coordinator = coordinator
+        self._held = held
+        self._config = config
+        self._factory = factory
+        self._stopping = stopping
+        self._executor = executor
+        self._on_fatal = on_fatal
+        self._checkpointer = Checkpointer(
+            coordinator, held, config.checkpoint_every_records, config.checkpoint_every_seconds
+        )
+        self._mailbox: _Mailbox | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Process the partition until it ends, the lease is lost, or the worker stops or
+        hands it over. An unexpected error stops the whole worker, which then releases the
+        lease without a new checkpoint."""
+        try:
+            self._run()
+        except Exception as exc:
+            log.exception("processing partition %s failed", self._held.token)
+            self._on_fatal(exc)
+        finally:
+            if self._mailbox is not None:
+                self._mailbox.closed.set()  # stops the reader
+            self._coordinator.drop(self._held)
+
+    def _interruption(self) -> ShutdownReason | None:
+        if self._held.lost.is_set():
+            return ShutdownReason.LEASE_LOST
+        if self._stopping.is_set() or self._held.stealer is not None:
+            return ShutdownReason.REQUESTED
+        return None
+
+    def _sleep(self, seconds: float) -> bool:
+        """Wait, waking early on an interruption; True when interrupted."""
+        deadline = time.monotonic() + seconds
+        while (remaining := deadline - time.monotonic()) > 0:
+            if self._interruption() is not None:
+                return True
+            time.sleep(min(remaining, _POLL_S))
+        return self._interruption() is not None
+
+    def _retry(self, what: str, call: Callable[[], None]) -> bool:
+        """Call until it succeeds, backing off; False when interrupted first."""
+        delay = _FIRST_BACKOFF_S
+        attempt = 0
+        while True:
+            if not self._wait_until_valid():
+                return False
+            try:
+                call()
+                return True
+            except LeaseLost:
+                return False
+            except Exception:
+                attempt += 1
+                log.exception(
+                    "%s failed on partition %s (attempt %d); retrying in %.1f s",
+                    what,
+                    self._held.token,
+                    attempt,
+                    delay,
+                )
+            if self._sleep(delay):
+                return False
+            delay = min(delay * 2, self._config.max_retry_backoff)
+
+    def _wait_until_valid(self) -> bool:
+        """Hold delivery while renewals lag, so no other worker can have taken the lease
+        while this one still delivers; False when interrupted."""
+        while not self._held.valid(self._config.lease_timeout):
+            if self._interruption() is not None:
+                return False
+            time.sleep(0.05)
+        return self._interruption() is None
+
+    def _run(self) -> None:
+        held = self._held
+        processor = self._factory()
+        context = InitializationContext(
+            stream=self._config.stream,
+            consumer=self._config.consumer,
+            worker_id=self._config.worker_id,
+            partition_token=held.token,
+            parent_tokens=held.row.parent_shard_ids,
+            start=held.processed,
+            checkpoint=checkpoint_of(held.row),
+        )
+        if not self._retry("initialize", lambda: processor.initialize(context)):
+            self._end(processor, self._interruption())
+            return
+        mailbox = self._start_reader(held.processed)
+        while (reason := self._interruption()) is None:
+            batch: list[DataChangeRecord] = []
+            # A trailing None flushes the last batch of data records.
+            for item in [*mailbox.take(self._config.max_records, _POLL_S), None]:
+                if isinstance(item, DataChangeRecord):
+                    batch.append(item)
+                    continue
+                if batch and not self._deliver(processor, batch):
+                    break
+                batch = []
+                if isinstance(item, HeartbeatRecord):
+                    self._advance(Position.through(item.timestamp))
+                elif isinstance(item, ChildPartitionsRecord):
+                    self._end_partition(processor, item)
+                    return
+                elif isinstance(item, _ReadFailed):
+                    mailbox.closed.set()
+                    if not isinstance(item.error, DatabaseBusy):
+                        log.error("reading partition %s failed: %s", held.token, item.error)
+                        self._on_fatal(item.error)
+                    else:
+                        log.warning("reading partition %s: %s; retrying", held.token, item.error)
+                        if not self._sleep(1.0):
+                            mailbox = self._start_reader(held.processed)
+        self._end(processor, reason)
+
+    # -- reading --------------------------------------------------------------------------
+
+    def _start_reader(self, start: Position) -> _Mailbox:
+        """Start tailing the partition after ``start``; records arrive in the mailbox."""
+        self._mailbox = mailbox = _Mailbox(max(100, 2 * self._config.max_records))
+        self._executor.submit(self._read, start, mailbox)
+        return mailbox
+
+    def _read(self, start: Position, mailbox: _Mailbox) -> None:
+        records = None
+        try:
+            records = self._db.read_change_stream(
+                self._config.stream,
+                start.timestamp,
+                None,
+                self._held.token,
+                self._config.heartbeat_milliseconds,
+            )
+            for record in records:
+                if (
+                    isinstance(record, DataChangeRecord)
+                    and record.commit_timestamp <= start.timestamp
+                    and Position.of(record) <= start
+                ):
+                    continue
+                if not mailbox.put(record) or isinstance(record, ChildPartitionsRecord):
+                    return
+            # A live read ends only with child partitions; anything else would lose the rest.
+            raise FailedPrecondition(
+                f"the read of partition {self._held.token!r} ended without a child "
+                "partitions record"
+            )
+        except Exception as exc:
+            mailbox.put(_ReadFailed(exc))
+        finally:
+            close = getattr(records, "close", None)
+            if close is not None:
+                close()
+
+    # -- processing -----------------------------------------------------------------------
+
+    def _deliver(self, processor: RecordProcessor, batch: list[DataChangeRecord]) -> bool:
+        """Process one batch, retrying until it succeeds; False when interrupted first."""
+        held = self._held
+        end = Position.of(batch[-1])
+        with held.lock:
+            held.permitted = end
+        if not self._retry(
+            "process_records", lambda: processor.process_records(batch, self._checkpointer)
+        ):
+            return False
+        with held.lock:
+            held.processed = held.last_data = end
+        self._note_processed(len(batch))
+        return True
+
+    def _advance(self, position: Position) -> None:
+        """A heartbeat: everything up to ``position`` was delivered and processed."""
+        held = self._held
+        with held.lock:
+            if position <= held.processed:
+                return
+            held.processed = position
+            held.permitted = max(held.permitted, position)
+        self._note_processed(0)
+
+    def _note_processed(self, records: int) -> None:
+        # On a lost lease the loop sees it next and shuts the processor down.
+        with contextlib.suppress(LeaseLost):
+            self._checkpointer.note_processed(records)
+
+    # -- endings --------------------------------------------------------------------------
+
+    def _shutdown(self, processor: RecordProcessor, reason: ShutdownReason) -> bool:
+        try:
+            processor.shutdown(reason, self._checkpointer)
+            return True
+        except Exception:
+            log.exception("shutdown(%s) failed on partition %s", reason.value, self._held.token)
+            return False
+
+    def _end(self, processor: RecordProcessor, reason: ShutdownReason | None) -> None:
+        """Stop processing: on a lost lease write nothing; otherwise checkpoint what was
+        processed (unless the processor's shutdown failed) and give the lease up."""
+        if reason is None or reason is ShutdownReason.LEASE_LOST:
+            self._shutdown(processor, ShutdownReason.LEASE_LOST)
+            return
+        flushed = self._shutdown(processor, ShutdownReason.REQUESTED)
+        try:
+            self._coordinator.release(self._held, self._held.processed if flushed else None)
+        except DatabaseBusy as exc:
+            log.warning(
+                "could not release partition %s (it expires instead): %s", self._held.token, exc
+            )
+
+    def _end_partition(self, processor: RecordProcessor, record: ChildPartitionsRecord) -> None:
+        """Every record was processed: shut the processor down, give the children leases,
+        then mark this partition finished, in that order, so no child is ever missed."""
+        if not self._retry(
+            "shutdown(partition_end)",
+            lambda: processor.shutdown(ShutdownReason.PARTITION_END, self._checkpointer),
+        ):
+            self._end(processor, self._interruption())
+            return
+        self._coordinator.insert_children(record.start_timestamp, record.child_partitions)
+        self._coordinator.finish(self._held)

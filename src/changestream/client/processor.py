@@ -1,0 +1,66 @@
+"""What a user writes: a record processor per partition, made by a factory."""
+
+from __future__ import annotations
+
+import abc
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from changestream.client.positions import Position
+from changestream.streams.records import DataChangeRecord
+
+if TYPE_CHECKING:
+    from changestream.client.checkpointer import Checkpointer
+
+
+class ShutdownReason(enum.Enum):
+    """Why a processor's partition stops being processed by this worker."""
+
+    #: The worker is stopping, or hands the partition to another worker to even the load;
+    #: the client checkpoints what was processed once ``shutdown`` returns.
+    REQUESTED = "requested"
+    #: Every record of the partition was processed; the client checkpoints the end so the
+    #: children can start.
+    PARTITION_END = "partition_end"
+    #: Another worker took the lease; checkpointing is refused, the new owner resumes
+    #: from the last checkpoint.
+    LEASE_LOST = "lease_lost"
+
+
+@dataclass(frozen=True, slots=True)
+class InitializationContext:
+    """What a processor is about to read: delivery resumes after ``start``."""
+
+    stream: str
+    consumer: str
+    worker_id: str
+    partition_token: str
+    parent_tokens: tuple[str, ...]
+    start: Position
+    #: The partition's last checkpoint, or None when nothing was checkpointed yet.
+    checkpoint: Position | None
+
+
+class RecordProcessor(abc.ABC):
+    """Processes one partition's records in order (the seed's IRecordProcessor).
+
+    A processor instance serves one lease from ``initialize`` to ``shutdown``. Records
+    are delivered at least once: after a crash, the records after the last checkpoint are
+    delivered again, so make the processing idempotent or checkpoint often.
+    """
+
+    def initialize(self, context: InitializationContext) -> None:  # noqa: B027
+        """Called once before the first batch of the partition."""
+
+    @abc.abstractmethod
+    def process_records(self, records: list[DataChangeRecord], checkpointer: Checkpointer) -> None:
+        """Handle one batch, in commit order. Raising retries the same batch with backoff;
+        ``checkpointer.checkpoint()`` marks everything delivered so far as done."""
+
+    def shutdown(self, reason: ShutdownReason, checkpointer: Checkpointer) -> None:  # noqa: B027
+        """Called once when this worker stops processing the partition; flush here."""
+
+
+ProcessorFactory = Callable[[], RecordProcessor]

@@ -1,0 +1,200 @@
+"""The ASGI application: server state, authentication, request bodies and error responses."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+import anyio
+import orjson
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from changestream import errors
+from changestream.server.auth import Principal
+from changestream.server.databases import Databases
+from changestream.server.metrics import Metrics
+from changestream.server.sessions import Sessions
+from changestream.server.streaming import LineStream
+from changestream.server.wire import error_to_json
+from changestream.server.workers import WorkerThreads
+
+_log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class Authenticator(Protocol):
+    def authenticate(self, authorization: str | None) -> Principal: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    """Limits and timings of a server."""
+
+    #: Seconds an idle streaming response waits before sending a keepalive line.
+    keepalive_seconds: float = 10.0
+    #: Largest request body accepted, in bytes.
+    max_body_bytes: int = 16 << 20
+    #: Seconds a transaction with DML may stay idle before it is rolled back.
+    session_idle_seconds: float = 30.0
+    #: Transactions with DML open at once.
+    max_sessions: int = 64
+    #: Streaming responses in flight at once (each holds a thread and a SQLite connection).
+    max_streams: int = 1024
+    #: Blocking engine calls running at once, outside streams and transactions.
+    max_calls: int = 64
+
+
+class RequestTooLarge(errors.InvalidArgument):
+    """The request body is larger than the server accepts."""
+
+    http_status = 413
+
+
+class ServerState:
+    """Everything the routes share."""
+
+    def __init__(self, databases: Databases, auth: Authenticator, config: ServerConfig) -> None:
+        self.databases = databases
+        self.auth = auth
+        self.config = config
+        self.metrics = Metrics()
+        self.threads = WorkerThreads("changestream-server")
+        self.sessions = Sessions(self.threads, config.session_idle_seconds, config.max_sessions)
+        self.streams: set[LineStream] = set()
+        self.closing = False
+        self._calls: anyio.Semaphore | None = None
+
+    async def call(self, function: Callable[[], T]) -> T:
+        """Run a blocking engine call on a worker thread, at most ``max_calls`` at once."""
+        if self._calls is None:
+            self._calls = anyio.Semaphore(self.config.max_calls)
+        async with self._calls:
+            return await self.threads.call(function)
+
+    def begin_shutdown(self) -> None:
+        """Stop: end every stream with a shutdown line and roll back open transactions.
+        Runs on the event loop; in-flight requests (commits) still finish."""
+        if self.closing:
+            return
+        self.closing = True
+        for stream in list(self.streams):
+            stream.wake()
+        self.sessions.abort_all()
+
+
+class JSONResponse(Response):
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return orjson.dumps(content)
+
+
+def error_response(exc: errors.ChangeStreamError) -> JSONResponse:
+    return JSONResponse({"error": error_to_json(exc)}, status_code=exc.http_status)
+
+
+Handler = Callable[[Request, ServerState, Principal], Awaitable[Response]]
+
+
+def endpoint(
+    scope: str | None, handler: Handler, name: str
+) -> Callable[[Request], Awaitable[Response]]:
+    """Wrap a handler: authenticate, check the scope, and turn errors into JSON responses.
+    ``scope`` None makes the endpoint public."""
+
+    async def run(request: Request) -> Response:
+        state: ServerState = request.app.state.server
+        try:
+            if scope is None:
+                principal = Principal("anonymous", frozenset())
+            else:
+                principal = state.auth.authenticate(request.headers.get("authorization"))
+                principal.require(scope)
+            response = await handler(request, state, principal)
+        except errors.ChangeStreamError as exc:
+            response = error_response(exc)
+        except Exception:
+            _log.exception("request %s %s failed", request.method, request.url.path)
+            response = error_response(
+                errors.ChangeStreamError("internal server error (see the server log)")
+            )
+        state.metrics.request(name, response.status_code)
+        return response
+
+    return run
+
+
+async def read_body(request: Request, limit: int) -> dict[str, Any]:
+    """The request's JSON object body, refusing bodies over ``limit`` bytes."""
+    declared = request.headers.get("content-length")
+    too_large = RequestTooLarge(f"the request body is larger than {limit} bytes")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise too_large
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise too_large
+            chunks.append(chunk)
+    except ClientDisconnect as exc:  # nobody will read the answer; keep it out of the log
+        raise errors.InvalidArgument("the client went away while sending the request") from exc
+    try:
+        body = orjson.loads(b"".join(chunks) or b"{}")
+    except orjson.JSONDecodeError as exc:
+        raise errors.InvalidArgument(f"the request body is not valid JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise errors.InvalidArgument(
+            f"the request body must be a JSON object, got {type(body).__name__}"
+        )
+    return body
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    """Starlette's own errors (unknown route, wrong method) as JSON like every other error."""
+    assert isinstance(exc, HTTPException)
+    code = {404: "NotFound", 405: "InvalidArgument"}.get(exc.status_code, "InvalidArgument")
+    message = f"{request.method} {request.url.path}: {exc.detail}"
+    body = {"error": {"code": code, "message": message}}
+    return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
+
+
+async def _internal_error(request: Request, exc: Exception) -> Response:
+    _log.error("request %s %s failed", request.method, request.url.path, exc_info=exc)
+    body = {"error": {"code": "ChangeStreamError", "message": "internal server error"}}
+    return JSONResponse(body, status_code=500)
+
+
+def create_app(
+    databases: Databases, auth: Authenticator, config: ServerConfig | None = None
+) -> Starlette:
+    """The server's ASGI application over ``databases``, checking requests with ``auth``."""
+    from changestream.server.routes import ROUTES  # routes build on this module
+
+    state = ServerState(databases, auth, config or ServerConfig())
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        yield
+        state.begin_shutdown()
+        databases.close()
+
+    app = Starlette(
+        routes=[
+            Route(path, endpoint(scope, handler, path), methods=[method])
+            for path, method, scope, handler in ROUTES
+        ],
+        exception_handlers={HTTPException: _http_error, Exception: _internal_error},
+        lifespan=lifespan,
+    )
+    app.state.server = state
+    return app

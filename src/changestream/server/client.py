@@ -1,0 +1,615 @@
+"""``changestream.connect(url, token=...)``: a remote database with the embedded one's interface.
+
+Every method makes one HTTP request to a ``changestream serve`` server and answers with the same
+values, records and ``changestream.errors`` exceptions the embedded database would.
+
+Transactions: mutations are buffered here and sent with the commit, in one request, applied in
+one SQLite transaction on the server (all or nothing, as embedded). ``execute_update`` must
+answer with a row count, so DML runs on the server when it is called, inside a server-side
+transaction that holds the write lock until the commit, exactly like an embedded transaction
+(which also takes the lock at its first DML); mutations buffered before or after it are sent
+with the commit and applied after the DML, again as embedded. Running DML in a dry run and
+again at commit would be one request less but could count rows the commit then does not
+write, so it is not done. A transaction with DML that stays idle on the server for longer
+than the server's session timeout (30 s by default) is rolled back there. Mutation errors
+(unknown table, bad value) are raised by ``commit()`` rather than by ``insert()``.
+
+Streams: ``read_change_stream`` returns once the server has accepted the query (so argument
+errors raise at the call, as embedded) and then yields records as they arrive. When the
+connection breaks or the server restarts, it reconnects and carries on from the last record it
+returned, skipping what it already gave, so no record is lost or repeated; it gives up after
+``reconnect_timeout`` seconds without a server.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import ssl
+import time
+import urllib.parse
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import suppress
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import orjson
+
+from changestream.clock import parse_ts, to_datetime
+from changestream.errors import (
+    ChangeStreamError,
+    DatabaseClosed,
+    FailedPrecondition,
+    InvalidArgument,
+    Unavailable,
+)
+from changestream.server.values import decode, encode
+from changestream.server.wire import (
+    action_from_json,
+    error_from_json,
+    lease_from_json,
+    lease_to_json,
+    partition_from_json,
+    policy_from_json,
+    record_from_line,
+)
+from changestream.sql.statements import ReadFunctionCall, parse_statement
+from changestream.store.keys import KeyRange
+from changestream.store.leases import Lease, check_consumer
+from changestream.store.policy import Action, SplitPolicy
+from changestream.streams.database import Partition, ResultSet
+from changestream.streams.interface import Params, WatchSource
+from changestream.streams.records import (
+    ChangeRecord,
+    ChildPartitionsRecord,
+    DataChangeRecord,
+    HeartbeatRecord,
+    googlesql_row,
+    postgresql_row,
+)
+
+if TYPE_CHECKING:
+    from changestream.watch import ChangeStreamCursor, TableHandle
+
+TOKEN_ENV = "CHANGESTREAM_TOKEN"
+_JSON = {"content-type": "application/json"}
+_RECORD_TYPES = frozenset({"data_change_record", "heartbeat_record", "child_partitions_record"})
+
+
+def connect(
+    url: str,
+    token: str | None = None,
+    *,
+    timeout: float = 60.0,
+    reconnect_timeout: float = 30.0,
+    verify: bool | str = True,
+) -> RemoteDatabase:
+    """Connect to the database at ``url`` on a ``changestream serve`` server.
+
+    ``url`` is ``http(s)://host:port/NAME`` for database NAME, or ``http(s)://host:port`` when
+    the server serves one database. ``token`` defaults to ``$CHANGESTREAM_TOKEN``.
+    ``timeout`` bounds each request and each silence of a stream (the server sends keepalives);
+    ``reconnect_timeout`` is how long calls and streams retry an unreachable server.
+    ``verify``: check the server's TLS certificate (a path names the CA bundle to trust).
+    """
+    return RemoteDatabase(url, token, timeout, reconnect_timeout, verify)
+
+
+class RemoteDatabase:
+    """A change-stream database on a server (see :func:`connect` and the module docs)."""
+
+    def __init__(
+        self,
+        url: str,
+        token: str | None = None,
+        timeout: float = 60.0,
+        reconnect_timeout: float = 30.0,
+        verify: bool | str = True,
+    ) -> None:
+        parsed = urllib.parse.urlsplit(url)
+        if parsed.scheme not in ("http", "https") or not parsed.netloc:
+            raise InvalidArgument(f"a database URL looks like http://host:7070/NAME, got {url!r}")
+        base, _, name = parsed.path.rstrip("/").rpartition("/")
+        token = token if token is not None else os.environ.get(TOKEN_ENV)
+        headers = {"authorization": f"Bearer {token}"} if token else {}
+        self.url = url
+        self._reconnect_timeout = reconnect_timeout
+        self._closed = False
+        self._client = httpx.Client(
+            base_url=f"{parsed.scheme}://{parsed.netloc}{base}",
+            headers=headers,
+            timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)),
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
+            verify=ssl.create_default_context(cafile=verify) if isinstance(verify, str) else verify,
+        )
+        if not name:
+            names = self._call("GET", "/v1/databases")["databases"]
+            if len(names) != 1:
+                raise InvalidArgument(
+                    f"the server at {url} serves {len(names)} databases "
+                    f"({', '.join(names) or 'none'}); add one's name to the URL"
+                )
+            name = names[0]
+        #: The database's name on the server.
+        self.name = urllib.parse.unquote(name)
+        self._prefix = "/v1/databases/" + _segment(self.name)
+
+    # -- plumbing ----------------------------------------------------------------------------
+
+    def _send(self, request: httpx.Request, stream: bool, idempotent: bool) -> httpx.Response:
+        """Send, retrying while the server cannot be reached (and, for requests that may be
+        repeated, when the connection broke) for up to ``reconnect_timeout`` seconds."""
+        if self._closed:
+            raise DatabaseClosed(f"the connection to {self.url} is closed")
+        deadline = time.monotonic() + self._reconnect_timeout
+        delay = 0.05
+        while True:
+            try:
+                return self._client.send(request, stream=stream)
+            except httpx.TransportError as exc:
+                # A refused connection never reached the server, so anything may be retried.
+                retry = idempotent or isinstance(exc, httpx.ConnectError)
+                if not retry:
+                    raise Unavailable(
+                        f"the connection to {self.url} broke during {request.url.path}; "
+                        f"it may or may not have been applied ({exc!r})"
+                    ) from exc
+                if time.monotonic() + delay > deadline:
+                    raise Unavailable(f"cannot reach {self.url}: {exc!r}") from exc
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        *,
+        query: dict[str, str] | None = None,
+        idempotent: bool = True,
+    ) -> Any:
+        request = self._client.build_request(
+            method,
+            path,
+            content=None if body is None else orjson.dumps(body),
+            headers=_JSON,
+            params=query,
+        )
+        response = self._send(request, stream=False, idempotent=idempotent)
+        return _json_or_raise(response)
+
+    def _db_call(
+        self, method: str, path: str, body: dict[str, Any] | None = None, **kw: Any
+    ) -> Any:
+        return self._call(method, self._prefix + path, body, **kw)
+
+    def _open_stream(self, path: str, body: dict[str, Any], reconnecting: bool) -> httpx.Response:
+        """POST a streaming request and return the response once the server accepted it."""
+        deadline = time.monotonic() + self._reconnect_timeout
+        while True:
+            request = self._client.build_request(
+                "POST", self._prefix + path, content=orjson.dumps(body), headers=_JSON
+            )
+            response = self._send(request, stream=True, idempotent=True)
+            if response.status_code < 400:
+                return response
+            response.read()
+            response.close()
+            error = _error_of(response)
+            # A restarting server answers 503 while it shuts down: wait for the next one.
+            if not (reconnecting and response.status_code == 503 and time.monotonic() < deadline):
+                raise error
+            time.sleep(0.1)
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the connections; the object cannot be used afterwards."""
+        self._closed = True
+        self._client.close()
+
+    def __enter__(self) -> RemoteDatabase:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"RemoteDatabase({self.url!r})"
+
+    # -- the Database interface ---------------------------------------------------------------
+
+    def execute_ddl(self, statements: str | Sequence[str]) -> int:
+        """Apply DDL statements atomically on the server; returns their commit timestamp."""
+        texts = statements if isinstance(statements, str) else list(statements)
+        reply = self._db_call("POST", "/ddl", {"statements": texts}, idempotent=False)
+        return int(reply["commit_timestamp"])
+
+    def transaction(self, tag: str | None = None) -> RemoteTransaction:
+        """A transaction whose mutations are sent with its commit (see the module docs)."""
+        return RemoteTransaction(self, tag)
+
+    def read(
+        self,
+        table: str,
+        keys: Sequence[Sequence[Any]] | KeyRange | None = None,
+        columns: Sequence[str] | None = None,
+    ) -> list[tuple[Any, ...]]:
+        """Rows of ``table`` in key order: all rows, the given keys, or a KeyRange."""
+        body = {
+            "table": table,
+            "keys": None if keys is None else encode(keys),
+            "columns": None if columns is None else list(columns),
+        }
+        rows = decode(self._db_call("POST", "/read", body)["rows"])
+        return [tuple(row) for row in rows]
+
+    def execute_sql(self, sql: str, params: Params = None) -> ResultSet:
+        """A SELECT, or a read function in either dialect (streamed, resuming like
+        :meth:`read_change_stream`)."""
+        statement = parse_statement(sql, params)
+        if isinstance(statement, ReadFunctionCall):
+            records = self.read_change_stream(
+                statement.stream,
+                statement.start_timestamp,
+                statement.end_timestamp,
+                statement.partition_token,
+                statement.heartbeat_milliseconds,
+                statement.read_options,
+            )
+            if statement.dialect == "postgresql":
+                return ResultSet(["read_json_" + statement.stream], map(postgresql_row, records))
+            return ResultSet(["ChangeRecord"], map(googlesql_row, records))
+        body = {"sql": sql, "params": encode(params)}
+        response = self._open_stream("/sql", body, reconnecting=False)
+        lines = _lines(response)
+        try:
+            first = next(lines, None)
+        except httpx.TransportError as exc:
+            response.close()
+            raise Unavailable(f"the connection broke before the result came: {exc!r}") from exc
+        if first is None or first["type"] != "fields":
+            response.close()
+            raise Unavailable("the server shut down before sending the result; run it again")
+        return ResultSet(list(first["fields"]), _rows(response, lines))
+
+    def read_change_stream(
+        self,
+        stream: str,
+        start_timestamp: Any,
+        end_timestamp: Any = None,
+        partition_token: str | None = None,
+        heartbeat_milliseconds: int = 10_000,
+        read_options: Any = None,
+    ) -> Iterator[ChangeRecord]:
+        """The read function, streamed from the server; resumes across broken connections."""
+        body = {
+            "stream": stream,
+            "start_timestamp": encode(start_timestamp),
+            "end_timestamp": encode(end_timestamp),
+            "partition_token": encode(partition_token),
+            "heartbeat_milliseconds": encode(heartbeat_milliseconds),
+            "read_options": encode(read_options),
+        }
+        response = self._open_stream("/read_change_stream", body, reconnecting=False)
+        return self._records(body, response)
+
+    def _records(self, body: dict[str, Any], response: httpx.Response) -> Iterator[ChangeRecord]:
+        last_data: tuple[int, int] | None = None
+        last_heartbeat: int | None = None
+        #: What had been returned when the current connection was opened (None: first one).
+        resumed: tuple[tuple[int, int] | None, int | None] | None = None
+        try:
+            while True:
+                try:
+                    for line in _lines(response):
+                        kind = line["type"]
+                        if kind in _RECORD_TYPES:
+                            record = record_from_line(line)
+                            if resumed is not None and _returned(record, *resumed):
+                                continue
+                            if isinstance(record, DataChangeRecord):
+                                last_data = (record.commit_timestamp, int(record.record_sequence))
+                            elif isinstance(record, HeartbeatRecord):
+                                last_heartbeat = record.timestamp
+                            yield record
+                            if isinstance(record, ChildPartitionsRecord):
+                                return  # it ends the query; only the end line can follow
+                        elif kind == "end":
+                            return
+                        elif kind == "error":
+                            raise error_from_json(line["error"], 200)
+                        elif kind == "shutdown":
+                            break
+                except httpx.TransportError:
+                    pass  # cut: carry on from where we are, on a new connection
+                response.close()
+                resumed = (last_data, last_heartbeat)
+                last_ts = None if last_data is None else last_data[0]
+                positions = [t for t in (last_ts, last_heartbeat) if t is not None]
+                if positions:
+                    # Records of the last transaction may span the cut: start at its timestamp
+                    # and skip what was returned (``_returned``).
+                    body = {**body, "start_timestamp": max(positions)}
+                response = self._open_stream("/read_change_stream", body, reconnecting=True)
+        finally:
+            response.close()
+
+    def partitions(self, stream: str, at: Any = None) -> list[Partition]:
+        """The partitions of ``stream`` live now (or at timestamp ``at``), in key order."""
+        query = None if at is None else {"at": str(parse_ts(at, "at"))}
+        reply = self._db_call("GET", f"/streams/{_segment(stream)}/partitions", query=query)
+        return [partition_from_json(p) for p in reply["partitions"]]
+
+    def partition_history(self, stream: str) -> list[Partition]:
+        """Every partition of ``stream`` since it was created, oldest first (the lineage)."""
+        reply = self._db_call("GET", f"/streams/{_segment(stream)}/partition_history")
+        return [partition_from_json(p) for p in reply["partitions"]]
+
+    def split_at(self, table: str, key: Sequence[Any]) -> int:
+        """Split the split holding ``key`` of ``table`` at that key; returns the split time."""
+        body = {"table": table, "key": encode(key)}
+        return int(self._db_call("POST", "/split", body, idempotent=False)["timestamp"])
+
+    def merge_at(self, table: str, key: Sequence[Any]) -> int:
+        """Merge the two splits meeting at ``key`` of ``table``; returns the merge time."""
+        body = {"table": table, "key": encode(key)}
+        return int(self._db_call("POST", "/merge", body, idempotent=False)["timestamp"])
+
+    def split_policy(self) -> SplitPolicy:
+        """The database's split policy."""
+        return policy_from_json(self._db_call("GET", "/split_policy"))
+
+    def set_split_policy(self, policy: SplitPolicy | None = None, **changes: Any) -> SplitPolicy:
+        """Replace the split policy, or change some of its settings; returns the new one."""
+        body = {"policy": None if policy is None else policy.to_dict(), "changes": changes}
+        return policy_from_json(self._db_call("PUT", "/split_policy", body))
+
+    def rebalance(self) -> list[Action]:
+        """Apply the split policy now; returns the splits and merges made."""
+        reply = self._db_call("POST", "/rebalance", idempotent=False)
+        return [action_from_json(a) for a in reply["actions"]]
+
+    def leases(self, stream: str, consumer: str) -> RemoteLeaseTable:
+        """The lease table of consumer group ``consumer`` on ``stream``."""
+        return RemoteLeaseTable(self, stream, check_consumer(consumer))
+
+    def lease_consumers(self, stream: str) -> list[str]:
+        """The consumer groups that keep leases on ``stream``, sorted."""
+        return list(self._db_call("GET", f"/streams/{_segment(stream)}/consumers")["consumers"])
+
+    def ensure_watch_stream(self) -> WatchSource:
+        """The internal change stream watch() reads, created on first use."""
+        return WatchSource(**self._db_call("POST", "/watch_source"))
+
+    def watch(
+        self,
+        pipeline: Sequence[Mapping[str, Any]] | None = None,
+        full_document: str = "default",
+        full_document_before_change: str = "off",
+        resume_after: Mapping[str, str] | None = None,
+        start_after: Mapping[str, str] | None = None,
+        start_at_operation_time: Any = None,
+        max_await_time_ms: int | None = None,
+        batch_size: int | None = None,
+    ) -> ChangeStreamCursor:
+        """A MongoDB-style cursor over every change, merged here from the remote read
+        function (arguments as for the embedded ``watch``)."""
+        from changestream.watch import ChangeStreamCursor  # watch builds on this layer
+
+        return ChangeStreamCursor(
+            self,
+            None,
+            pipeline,
+            full_document,
+            full_document_before_change,
+            resume_after,
+            start_after,
+            start_at_operation_time,
+            max_await_time_ms,
+            batch_size,
+        )
+
+    def table(self, name: str) -> TableHandle:
+        """A handle on table ``name``: ``db.table("T").watch()`` watches it alone."""
+        from changestream.watch import TableHandle  # watch builds on this layer
+
+        return TableHandle(self, name)
+
+
+class RemoteTransaction:
+    """A transaction on a remote database (see the module docs for when things happen)."""
+
+    def __init__(self, db: RemoteDatabase, tag: str | None = None) -> None:
+        if tag is not None and not isinstance(tag, str):
+            raise InvalidArgument(f"tag must be a string, got {tag!r}")
+        self._db = db
+        self.tag = tag or ""
+        self._mutations: list[dict[str, Any]] = []
+        self._session: str | None = None
+        self._done = False
+        #: The commit timestamp, set by a successful commit.
+        self.commit_timestamp: dt.datetime | None = None
+
+    def __enter__(self) -> RemoteTransaction:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if self._done:
+            return
+        if exc_type is None:
+            self.commit()
+        else:
+            self.rollback()
+
+    def _check_open(self) -> None:
+        if self._done:
+            raise FailedPrecondition("the transaction has already committed or rolled back")
+
+    def _buffer(self, op: str, table: str, columns: Sequence[str], values: Any) -> None:
+        self._check_open()
+        if isinstance(values, str | bytes) or not isinstance(values, Sequence):
+            raise InvalidArgument(f"values must be a list of rows, got {values!r}")
+        if isinstance(columns, str):
+            raise InvalidArgument(f"columns must be a list of names, got the string {columns!r}")
+        self._mutations.append(
+            {"op": op, "table": table, "columns": list(columns), "values": encode(values)}
+        )
+
+    def insert(self, table: str, columns: Sequence[str], values: Sequence[Sequence[Any]]) -> None:
+        """Insert rows; the commit fails with AlreadyExists if any row exists."""
+        self._buffer("insert", table, columns, values)
+
+    def update(self, table: str, columns: Sequence[str], values: Sequence[Sequence[Any]]) -> None:
+        """Update rows; the commit fails with NotFound if any row is missing."""
+        self._buffer("update", table, columns, values)
+
+    def insert_or_update(
+        self, table: str, columns: Sequence[str], values: Sequence[Sequence[Any]]
+    ) -> None:
+        """Insert rows, or update the given columns of rows that exist."""
+        self._buffer("insert_or_update", table, columns, values)
+
+    def replace(self, table: str, columns: Sequence[str], values: Sequence[Sequence[Any]]) -> None:
+        """Insert rows, or replace existing rows whole (columns not given become NULL)."""
+        self._buffer("replace", table, columns, values)
+
+    def delete(self, table: str, keys: Sequence[Sequence[Any]] | KeyRange) -> None:
+        """Delete rows by key tuples or a KeyRange; missing rows are not an error."""
+        self._check_open()
+        if not isinstance(keys, KeyRange) and (
+            isinstance(keys, str | bytes) or not isinstance(keys, Sequence)
+        ):
+            raise InvalidArgument(f"keys must be a list of key tuples or a KeyRange, got {keys!r}")
+        self._mutations.append({"op": "delete", "table": table, "keys": encode(keys)})
+
+    def execute_update(self, dml: str, params: Params = None) -> int:
+        """Run an INSERT, UPDATE or DELETE on the server now; returns the rows it changed."""
+        self._check_open()
+        body = {"session": self._session, "tag": self.tag, "dml": dml, "params": encode(params)}
+        reply = self._db._db_call("POST", "/execute_update", body, idempotent=False)
+        self._session = reply["session"]
+        return int(reply["row_count"])
+
+    def commit(self) -> dt.datetime:
+        """Send the mutations and commit; returns the commit timestamp."""
+        self._check_open()
+        self._done = True
+        body = {"tag": self.tag, "session": self._session, "mutations": self._mutations}
+        reply = self._db._db_call("POST", "/commit", body, idempotent=False)
+        self.commit_timestamp = to_datetime(reply["commit_timestamp"])
+        return self.commit_timestamp
+
+    def rollback(self) -> None:
+        """Discard everything; the transaction cannot be used afterwards."""
+        if self._done:
+            return
+        self._done = True
+        if self._session is not None:
+            # If this fails, the server rolls the abandoned transaction back after its timeout.
+            with suppress(ChangeStreamError):
+                self._db._db_call("POST", "/rollback", {"session": self._session})
+
+
+class RemoteLeaseTable:
+    """One consumer group's lease rows on a remote database (see ``LeaseTableLike``)."""
+
+    def __init__(self, db: RemoteDatabase, stream: str, consumer: str) -> None:
+        self._db = db
+        self._path = f"/streams/{_segment(stream)}/leases/"
+        self._consumer = consumer
+
+    def _op(self, op: str, idempotent: bool = False, **body: Any) -> Any:
+        return self._db._db_call(
+            "POST", self._path + op, {"consumer": self._consumer, **body}, idempotent=idempotent
+        )
+
+    def list_leases(self) -> list[Lease]:
+        """Every row of this consumer group, in key order."""
+        return [lease_from_json(x) for x in self._op("list", idempotent=True)["leases"]]
+
+    def get(self, status_type: str, status_value: str) -> Lease | None:
+        """The row with this key, or None."""
+        reply = self._op("get", True, status_type=status_type, status_value=status_value)
+        return None if reply["lease"] is None else lease_from_json(reply["lease"])
+
+    def insert_if_absent(self, lease: Lease) -> bool:
+        """Add ``lease`` unless a row with its key exists; True when this call added it."""
+        return bool(self._op("insert_if_absent", lease=lease_to_json(lease))["inserted"])
+
+    def update(self, lease: Lease) -> Lease | None:
+        """Write the lease if the row's counter still equals ``lease.lease_counter``."""
+        reply = self._op("update", lease=lease_to_json(lease))
+        return None if reply["lease"] is None else lease_from_json(reply["lease"])
+
+    def delete(self, lease: Lease) -> bool:
+        """Remove the row if its counter still equals ``lease.lease_counter``."""
+        return bool(self._op("delete", lease=lease_to_json(lease))["deleted"])
+
+
+# -- helpers ------------------------------------------------------------------------------------
+
+
+def _segment(name: str) -> str:
+    return urllib.parse.quote(name, safe="")
+
+
+def _error_of(response: httpx.Response) -> ChangeStreamError:
+    try:
+        body = orjson.loads(response.content)
+    except orjson.JSONDecodeError:
+        text = response.text[:200]
+        return ChangeStreamError(f"the server answered HTTP {response.status_code}: {text}")
+    error = body.get("error") if isinstance(body, dict) else None
+    return error_from_json(error, response.status_code)
+
+
+def _json_or_raise(response: httpx.Response) -> Any:
+    if response.status_code >= 400:
+        raise _error_of(response)
+    return orjson.loads(response.content)
+
+
+def _lines(response: httpx.Response) -> Iterator[dict[str, Any]]:
+    """The complete NDJSON lines of a streaming response; a cut-off last line is dropped."""
+    pending = b""
+    for chunk in response.iter_bytes():
+        lines = (pending + chunk).split(b"\n")
+        pending = lines.pop()
+        for line in lines:
+            if line:
+                yield orjson.loads(line)
+
+
+def _rows(response: httpx.Response, lines: Iterator[dict[str, Any]]) -> Iterator[list[Any]]:
+    """The rows of a SQL response."""
+    try:
+        for line in lines:
+            kind = line["type"]
+            if kind == "row":
+                yield decode(line["row"])
+            elif kind == "error":
+                raise error_from_json(line["error"], 200)
+            elif kind == "end":
+                return
+            elif kind == "shutdown":
+                raise Unavailable("the server shut down while sending the rows; run it again")
+        raise Unavailable("the connection broke while the server was sending the rows")
+    except httpx.TransportError as exc:
+        raise Unavailable(f"the connection broke while receiving the rows: {exc!r}") from exc
+    finally:
+        response.close()
+
+
+def _returned(
+    record: ChangeRecord, last_data: tuple[int, int] | None, last_heartbeat: int | None
+) -> bool:
+    """Whether a record read after a reconnect was returned before it."""
+    if isinstance(record, DataChangeRecord):
+        key = (record.commit_timestamp, int(record.record_sequence))
+        return (last_data is not None and key <= last_data) or (
+            last_heartbeat is not None and record.commit_timestamp <= last_heartbeat
+        )
+    if isinstance(record, HeartbeatRecord):
+        return last_heartbeat is not None and record.timestamp <= last_heartbeat
+    return False

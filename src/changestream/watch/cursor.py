@@ -1,0 +1,190 @@
+"""The change stream cursor: ordered events from the merge, filtered, resumable, closable."""
+
+from __future__ import annotations
+
+import time
+import weakref
+from collections import deque
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from changestream.clock import format_ts
+from changestream.errors import InvalidArgument, OutOfRange
+from changestream.streams.interface import Database
+from changestream.streams.records import DataChangeRecord
+from changestream.watch.events import TABLE_EVENTS, Document, Event, EventBuilder
+from changestream.watch.merge import PartitionMerge, SortKey
+from changestream.watch.options import watch_options
+from changestream.watch.pipeline import Pipeline
+from changestream.watch.tokens import ResumeToken
+
+_NEVER = 2**62
+#: The most records the cursor takes from the merge at once (it converts them one by one, as
+#: events are asked for, so ``updateLookup`` reads rows as late as it can).
+_TAKE = 256
+
+
+class ChangeStreamCursor:
+    """Change events of a whole database, or of one table, in commit order.
+
+    Iterate it (``for event in cursor``: blocks until the next event, ends after an
+    invalidate event or :meth:`close`), or poll it with :meth:`try_next`. It is a context
+    manager that closes itself. Keep :attr:`resume_token` to continue later with
+    ``watch(resume_after=token)``. Use a cursor from one thread; :meth:`close` may come from
+    any.
+    """
+
+    def __init__(
+        self,
+        db: Database,
+        table: str | None = None,
+        pipeline: Sequence[Mapping[str, Any]] | None = None,
+        full_document: str = "default",
+        full_document_before_change: str = "off",
+        resume_after: Mapping[str, str] | None = None,
+        start_after: Mapping[str, str] | None = None,
+        start_at_operation_time: Any = None,
+        max_await_time_ms: int | None = None,
+        batch_size: int | None = None,
+    ) -> None:
+        options = watch_options(
+            full_document,
+            full_document_before_change,
+            resume_after,
+            start_after,
+            start_at_operation_time,
+            max_await_time_ms,
+            batch_size,
+        )
+        self._pipeline = Pipeline(pipeline)
+        self._table = table
+        self._max_await_s = options.max_await_s
+        source = db.ensure_watch_stream()
+        self._builder = EventBuilder(
+            db, source.database, options.full_document, options.full_document_before_change
+        )
+        if options.resume_from is not None:
+            start = options.resume_from.commit_ts
+            self._token = options.resume_from
+        else:
+            start = source.now if options.start_at is None else options.start_at
+            self._token = ResumeToken(start)
+        #: Where the stream resumes: events at or before it are left out.
+        self._after = self._token
+        try:
+            self._merge = PartitionMerge(db, source.stream, start, options.batch_size)
+        except OutOfRange as exc:
+            detail = (
+                str(exc)
+                .replace(f"change stream {source.stream!r} was created", "watch() was first used")
+                .replace(f"change stream {source.stream!r}", "watch()'s change history")
+            )
+            raise OutOfRange(
+                f"cannot resume watch() at {format_ts(start)}: the change history there is no "
+                f"longer kept ({detail}); watch again without a resume point"
+            ) from exc
+        self._finalizer = weakref.finalize(self, self._merge.close)
+        self._ready: deque[tuple[SortKey, DataChangeRecord]] = deque()
+        self._pending: deque[Event] = deque()
+        self._invalidated = False
+        self._closed = False
+
+    # -- the cursor protocol ------------------------------------------------------------------
+
+    def __iter__(self) -> ChangeStreamCursor:
+        return self
+
+    def __next__(self) -> Document:
+        """The next event, waiting as long as it takes; StopIteration once closed."""
+        while not self._closed:
+            event = self.try_next()
+            if event is not None:
+                return event
+        raise StopIteration
+
+    next = __next__
+
+    def try_next(self) -> Document | None:
+        """The next event, or None if none arrived within ``max_await_time_ms``."""
+        if self._closed:
+            return None
+        deadline = time.monotonic() + self._max_await_s
+        while not self._pending:
+            if self._invalidated:
+                self.close()
+                return None
+            if not self._ready:
+                self._ready.extend(self._take(max(0.0, deadline - time.monotonic())))
+                if not self._ready:
+                    self._note_progress()
+                    return None
+            self._consume(*self._ready.popleft())
+        token, event = self._pending.popleft()
+        self._token = token
+        if self._invalidated and not self._pending:
+            self.close()
+        return event
+
+    @property
+    def resume_token(self) -> dict[str, str]:
+        """Resume here with ``watch(resume_after=...)``: after the last event returned, or
+        later when the cursor has read further without finding an event."""
+        return self._token.document()
+
+    @property
+    def alive(self) -> bool:
+        """False once the cursor is closed (by :meth:`close` or after an invalidate event)."""
+        return not self._closed
+
+    def close(self) -> None:
+        """Stop reading; the partition readers end within about a second."""
+        self._closed = True
+        self._finalizer()
+
+    def __enter__(self) -> ChangeStreamCursor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- records to events ------------------------------------------------------------------
+
+    def _take(self, timeout: float) -> list[tuple[SortKey, DataChangeRecord]]:
+        try:
+            return self._merge.take(_TAKE, timeout)
+        except BaseException:
+            self.close()
+            raise
+
+    def _consume(self, key: SortKey, record: DataChangeRecord) -> None:
+        if self._table is not None and record.table_name != self._table:
+            return
+        for token, event in self._builder.events(record, key):
+            if not self._after.skips(token.key):
+                self._emit(token, event)
+        if self._table is not None and record.mod_type in TABLE_EVENTS:
+            token, event = self._builder.invalidate(key)
+            if not self._after.skips(token.key):
+                self._emit(token, event)
+                self._invalidated = True
+
+    def _emit(self, token: ResumeToken, event: Document) -> None:
+        out = self._pipeline.apply(event)
+        if out is None:
+            return
+        if out.get("_id") != event["_id"]:
+            self.close()
+            raise InvalidArgument(
+                "the pipeline removed or changed _id, which holds the event's resume token, so "
+                "the stream could not be resumed from this event; keep _id in $project"
+            )
+        self._pending.append((token, out))
+
+    def _note_progress(self) -> None:
+        """With nothing pending, move the resume token up to what the merge has read
+        through, so a resumed stream does not re-read what was filtered out or idle."""
+        if self._pending or self._ready or self._closed:
+            return
+        safe = self._merge.safe_through()
+        if self._token.commit_ts <= safe < _NEVER:
+            self._token = ResumeToken(safe + 1)

@@ -1,0 +1,346 @@
+"""The k-way merge: every partition of a change stream as one feed in commit order.
+
+This is the seed's mongos merge. Each live partition has a reader thread (see
+:mod:`changestream.watch.readers`) running the read function and feeding one inbox; the merge
+keeps a buffer per partition and, for each, a *floor*: a sort key every record the partition has
+yet to deliver sorts above. A record's own key is its partition's floor; after the last record
+of a transaction in a partition, or a heartbeat at T, the floor is "above everything at T"
+(the seed's minimum promised sort key). The smallest buffered record is handed out once no
+partition with an empty buffer has a floor below it.
+
+Lineage: the initial query (no partition token) names the first partitions; a partition's child
+partitions record ends it and names its children, and a child is read only once every one of
+its parents has ended, starting at the child's start timestamp. Until then its floor is just
+below that start.
+
+Idle partitions: heartbeats come at most once a second (the read function's minimum interval),
+so when the smallest record has waited :data:`PROBE_AFTER_S` on partitions with empty buffers
+whose readers have been quiet as long, the merge asks each of them directly with a bounded query
+of the read function, from its floor to the newest buffered commit timestamp. That query returns
+every record of the partition up to its end timestamp and then stops, so afterwards the floor is
+that timestamp: one idle partition holds the others back for milliseconds, not a heartbeat
+interval, using only the read function's contract. The live reader later returns the same
+records again; the floor drops them.
+
+Why threads rather than polling every partition from the merge: a live query is the read
+function's own way to tail a partition (it sleeps on the commit signal and promises with
+heartbeats), it maps onto one long streaming request per partition against a remote database,
+and readers decode records while the merge hands out others. Only the idle case needs polling,
+and there the probe asks just the partitions that block the next record.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import queue
+import threading
+import time
+from collections import deque
+from contextlib import suppress
+
+from changestream.errors import FailedPrecondition
+from changestream.streams.interface import Database
+from changestream.streams.records import (
+    ChangeRecord,
+    ChildPartitionsRecord,
+    DataChangeRecord,
+    HeartbeatRecord,
+)
+from changestream.watch.readers import READERS
+
+#: The heartbeat interval readers ask for: the read function's minimum.
+HEARTBEAT_MS = 1000
+#: How long the smallest record waits on partitions with empty buffers before they are asked.
+PROBE_AFTER_S = 0.002
+#: How long a reader that is too far ahead waits before checking it should stop.
+_STOP_CHECK_S = 0.1
+_TOP = 2**63
+
+SortKey = tuple[int, int, int]
+
+
+def record_key(record: DataChangeRecord) -> SortKey:
+    """A record's place in commit order: (commit timestamp, transaction, record sequence)."""
+    return (
+        record.commit_timestamp,
+        int(record.server_transaction_id),
+        int(record.record_sequence),
+    )
+
+
+def _above(ts: int) -> SortKey:
+    """A floor above every record committed at or before ``ts``."""
+    return (ts, _TOP, _TOP)
+
+
+class _Partition:
+    """One partition's state in the merge. The merging thread owns it, except ``sent`` (the
+    reader's count of records put in the inbox) and ``done`` (read by the reader)."""
+
+    __slots__ = (
+        "buffer",
+        "done",
+        "floor",
+        "heard",
+        "number",
+        "parents",
+        "reading",
+        "room",
+        "sent",
+        "start",
+        "taken",
+        "token",
+    )
+
+    def __init__(self, token: str, start: int, parents: set[str], number: int) -> None:
+        self.token = token
+        self.start = start
+        self.number = number
+        #: Parents that have not ended yet; the partition is read once this is empty.
+        self.parents = parents
+        #: (sort key, record, whether the reader counted it in ``sent``), in key order.
+        self.buffer: deque[tuple[SortKey, DataChangeRecord, bool]] = deque()
+        self.floor = _above(start - 1)
+        #: When the merge last got something from the reader (monotonic seconds).
+        self.heard = 0.0
+        self.reading = False
+        #: Set once the partition has ended (or the merge closed): its reader stops.
+        self.done = False
+        # sent - taken is how far the reader is ahead; each count has a single writer.
+        self.sent = 0
+        self.taken = 0
+        self.room = threading.Event()
+
+
+Item = ChangeRecord | BaseException | None
+
+
+class PartitionMerge:
+    """Data change records of every partition of ``stream`` from ``start``, in commit order.
+
+    ``read_ahead`` bounds the records each reader may have handed over but the merge not yet
+    handed out, so a slow consumer holds memory steady rather than the readers running away.
+    """
+
+    def __init__(self, db: Database, stream: str, start: int, read_ahead: int) -> None:
+        self._db = db
+        self._stream = stream
+        self._read_ahead = read_ahead
+        self._inbox: queue.SimpleQueue[tuple[_Partition | None, Item]] = queue.SimpleQueue()
+        self._stop = threading.Event()
+        self._partitions: dict[str, _Partition] = {}
+        self._finished: set[str] = set()
+        self._numbers = itertools.count()
+        #: (head key, number, partition) of every partition with a non-empty buffer.
+        self._heads: list[tuple[SortKey, int, _Partition]] = []
+        #: At most the lowest floor of the partitions with empty buffers: a head at or below
+        #: it can go out. Floors only rise, so it is lowered when a buffer empties or a
+        #: partition is added, and recomputed only when it blocks the head.
+        self._bound = _above(start - 1)
+        self._blocked_since: float | None = None
+        (initial,) = list(db.read_change_stream(stream, start, None, None, HEARTBEAT_MS))
+        assert isinstance(initial, ChildPartitionsRecord)
+        for child in initial.child_partitions:
+            self._start(self._add(child.token, start, set()))
+
+    # -- the merge ---------------------------------------------------------------------------
+
+    def take(self, limit: int, timeout: float) -> list[tuple[SortKey, DataChangeRecord]]:
+        """The next records in commit order with their sort keys: as many as can be handed out
+        now, up to ``limit``, waiting up to ``timeout`` seconds for the first (else none)."""
+        deadline = time.monotonic() + timeout
+        while not self._stop.is_set():
+            self._drain()
+            ready: list[tuple[SortKey, DataChangeRecord]] = []
+            while self._heads and len(ready) < limit:
+                head_key = self._heads[0][0]
+                if head_key > self._bound and head_key > self._recompute_bound():
+                    break
+                ready.append(self._pop())
+            if ready:
+                self._blocked_since = None
+                return ready
+            now = time.monotonic()
+            wait = deadline - now
+            if self._heads:
+                if self._blocked_since is None:
+                    self._blocked_since = now
+                # Ask a blocking partition once the head has waited PROBE_AFTER_S and its reader
+                # has been quiet as long: one that delivered lately is catching up, and asking
+                # it would read its backlog twice. Partitions not read yet wait for parents.
+                ask_at = [
+                    (max(self._blocked_since, p.heard) + PROBE_AFTER_S, p)
+                    for p in self._blockers(self._heads[0][0])
+                    if p.reading
+                ]
+                due = [p for at, p in ask_at if at <= now]
+                if due:
+                    self._probe(due)
+                    self._blocked_since = None
+                    continue
+                if ask_at:
+                    wait = min(wait, min(at for at, _ in ask_at) - now)
+            if now >= deadline:
+                return []
+            with suppress(queue.Empty):
+                self._apply(*self._inbox.get(timeout=max(wait, 0.0)))
+        return []
+
+    def safe_through(self) -> int:
+        """Every record committed at or before this timestamp has been handed out."""
+        bound = _TOP
+        for part in self._partitions.values():
+            if part.buffer:
+                ts = part.buffer[0][0][0] - 1
+            else:
+                ts = part.floor[0] if part.floor[1] == _TOP else part.floor[0] - 1
+            bound = min(bound, ts)
+        return bound
+
+    def close(self) -> None:
+        """Stop every reader (each notices within a heartbeat interval) and wake ``take``."""
+        self._stop.set()
+        for part in list(self._partitions.values()):
+            part.done = True
+            part.room.set()
+        self._inbox.put((None, None))
+
+    def _recompute_bound(self) -> SortKey:
+        self._bound = min(
+            (p.floor for p in self._partitions.values() if not p.buffer), default=_above(_TOP)
+        )
+        return self._bound
+
+    def _blockers(self, head_key: SortKey) -> list[_Partition]:
+        """The partitions that may still deliver something sorting below ``head_key``."""
+        return [p for p in self._partitions.values() if not p.buffer and p.floor < head_key]
+
+    def _pop(self) -> tuple[SortKey, DataChangeRecord]:
+        _, _, part = self._heads[0]
+        key, record, counted = part.buffer.popleft()
+        if counted:
+            self._taken(part)
+        if part.buffer:
+            heapq.heapreplace(self._heads, (part.buffer[0][0], part.number, part))
+        else:
+            heapq.heappop(self._heads)
+            self._bound = min(self._bound, part.floor)
+            if part.done:
+                del self._partitions[part.token]
+        return key, record
+
+    def _taken(self, part: _Partition) -> None:
+        part.taken += 1
+        if part.sent - part.taken == self._read_ahead - 1:
+            part.room.set()  # the reader may be waiting for exactly this
+
+    def _probe(self, parts: list[_Partition]) -> None:
+        """Bring the floors of ``parts`` up to the newest buffered commit timestamp."""
+        target = max(p.buffer[-1][0][0] for p in self._partitions.values() if p.buffer)
+        for part in parts:
+            ts, transaction, _ = part.floor
+            # A floor inside a transaction means that transaction may have more records here.
+            start = ts + 1 if transaction == _TOP else ts
+            if part.done or start > target:
+                continue
+            for record in self._db.read_change_stream(
+                self._stream, start, target, part.token, HEARTBEAT_MS
+            ):
+                self._accept(part, record, counted=False)
+            if not part.done:
+                part.floor = max(part.floor, _above(target))
+
+    # -- partitions and their readers -------------------------------------------------------
+
+    def _add(self, token: str, start: int, parents: set[str]) -> _Partition:
+        part = _Partition(token, start, parents, next(self._numbers))
+        self._partitions[token] = part
+        self._bound = min(self._bound, part.floor)
+        return part
+
+    def _start(self, part: _Partition) -> None:
+        part.reading = True
+        READERS.submit(lambda: self._read(part))
+
+    def _read(self, part: _Partition) -> None:
+        """A reader thread: the partition's live query, into the inbox."""
+        limit = self._read_ahead
+        try:
+            records = self._db.read_change_stream(
+                self._stream, part.start, None, part.token, HEARTBEAT_MS
+            )
+            for record in records:
+                if isinstance(record, DataChangeRecord):
+                    while part.sent - part.taken >= limit and not part.done:
+                        part.room.clear()
+                        if part.sent - part.taken >= limit:
+                            part.room.wait(_STOP_CHECK_S)
+                    part.sent += 1
+                if part.done:
+                    return
+                self._inbox.put((part, record))
+                if isinstance(record, ChildPartitionsRecord):
+                    return
+            raise FailedPrecondition(
+                f"partition {part.token!r} of the watch stream ended without naming its child "
+                "partitions; its changes after that point cannot be followed"
+            )
+        except Exception as exc:
+            if not part.done:
+                self._inbox.put((part, exc))
+
+    def _drain(self) -> None:
+        while True:
+            try:
+                part, item = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+            self._apply(part, item)
+
+    def _apply(self, part: _Partition | None, item: Item) -> None:
+        if part is None or item is None:
+            return  # close() waking take()
+        if isinstance(item, BaseException):
+            raise item
+        part.heard = time.monotonic()
+        self._accept(part, item, counted=isinstance(item, DataChangeRecord))
+
+    def _accept(self, part: _Partition, record: ChangeRecord, counted: bool) -> None:
+        if isinstance(record, DataChangeRecord):
+            key = record_key(record)
+            if part.done or key <= part.floor:
+                # Already buffered (a probe returned it first) or the partition has ended.
+                if counted:
+                    self._taken(part)
+                return
+            if not part.buffer:
+                heapq.heappush(self._heads, (key, part.number, part))
+            part.buffer.append((key, record, counted))
+            last = record.is_last_record_in_transaction_in_partition
+            part.floor = _above(key[0]) if last else key
+        elif isinstance(record, HeartbeatRecord):
+            if not part.done:
+                part.floor = max(part.floor, _above(record.timestamp))
+        else:
+            self._end(part, record)
+
+    def _end(self, part: _Partition, record: ChildPartitionsRecord) -> None:
+        """The partition ended: start each child whose parents have all ended."""
+        if part.done:
+            return
+        part.done = True
+        part.floor = _above(_TOP)
+        self._finished.add(part.token)
+        if not part.buffer:
+            del self._partitions[part.token]
+        for child in record.child_partitions:
+            if child.token in self._finished:
+                continue
+            found = self._partitions.get(child.token)
+            if found is None:
+                parents = {t for t in child.parent_partition_tokens if t not in self._finished}
+                found = self._add(child.token, record.start_timestamp, parents)
+            found.parents.discard(part.token)
+            if not found.parents and not found.reading:
+                self._start(found)

@@ -1,0 +1,153 @@
+"""Helpers for the server tests: servers in threads and subprocesses, and a cuttable TCP proxy."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+
+import changestream
+from changestream.server import (
+    Databases,
+    NoAuth,
+    RunningServer,
+    ServerConfig,
+    create_app,
+    serve_in_thread,
+)
+
+#: Every wait is bounded so a broken server fails a test instead of hanging it.
+WAIT_S = 30.0
+
+
+@contextlib.contextmanager
+def serving(
+    dbs: dict[str, changestream.EmbeddedDatabase],
+    auth: Any = None,
+    port: int = 0,
+    **config: Any,
+) -> Iterator[RunningServer]:
+    """A server in a thread serving open databases by name, stopped at the end."""
+    databases = Databases()
+    for name, db in dbs.items():
+        databases.add(name, db)
+    app = create_app(databases, auth or NoAuth(), ServerConfig(**config))
+    running = serve_in_thread(app, port=port)
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def wait_healthy(url: str, process: subprocess.Popen[bytes] | None = None) -> None:
+    """Wait until the server at ``url`` answers /healthz (or fail within WAIT_S)."""
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise AssertionError(f"the server exited with {process.returncode}")
+        with contextlib.suppress(httpx.TransportError):
+            if httpx.get(url + "/healthz", timeout=1.0).status_code == 200:
+                return
+        time.sleep(0.05)
+    raise AssertionError(f"no server at {url} within {WAIT_S} s")
+
+
+def spawn_server(path: str, port: int, *args: str) -> subprocess.Popen[bytes]:
+    """``changestream serve PATH`` in a subprocess; returns once it is healthy."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "changestream", "serve", path, "--port", str(port), *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}", process)
+    except BaseException:
+        process.kill()
+        process.wait(WAIT_S)
+        raise
+    return process
+
+
+class Proxy:
+    """A TCP proxy to ``127.0.0.1:target``; ``cut()`` drops every connection through it, and
+    with ``cut_after`` each connection is dropped once it has carried that many bytes from the
+    server (wherever that falls: inside a record, a chunk, a transaction)."""
+
+    def __init__(self, target: int, cut_after: int | None = None) -> None:
+        self._target = target
+        self._cut_after = cut_after
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self._listener.getsockname()[1]
+        self._lock = threading.Lock()
+        self._sockets: list[socket.socket] = []
+        self._stopped = False
+        #: Connections made through the proxy so far.
+        self.connections = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self._stopped:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self._target))
+            with self._lock:
+                self._sockets += [client, upstream]
+                self.connections += 1
+            threading.Thread(target=self._pump, args=(client, upstream), daemon=True).start()
+
+    def _pump(self, client: socket.socket, upstream: socket.socket) -> None:
+        peers = {client: upstream, upstream: client}
+        budget = self._cut_after
+        try:
+            while True:
+                readable, _, _ = select.select([client, upstream], [], [], 0.2)
+                for sock in readable:
+                    data = sock.recv(65536)
+                    if not data:
+                        return
+                    if sock is upstream and budget is not None:
+                        data = data[:budget]
+                        budget -= len(data)
+                    peers[sock].sendall(data)
+                    if budget == 0:
+                        return
+        except (OSError, ValueError):  # cut: the sockets were closed under us
+            return
+        finally:
+            for sock in (a, b):
+                with contextlib.suppress(OSError):
+                    sock.close()
+
+    def cut(self) -> None:
+        """Reset every open connection (new ones still go through)."""
+        with self._lock:
+            sockets, self._sockets = self._sockets, []
+        for sock in sockets:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            with contextlib.suppress(OSError):
+                sock.close()
+
+    def close(self) -> None:
+        self._stopped = True
+        self._listener.close()
+        self.cut()

@@ -1,0 +1,602 @@
+"""The Stream Client in one process: lease storage, the taker's rules, processing, checkpoints,
+hand-over, lost leases, errors, and the ``changestream leases`` command.
+
+Workers here are threads sharing one database object; the multi-process behaviour (SIGKILL,
+rebalancing across processes, racing) is in test_client_processes.py. Waits are bounded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import sqlite3
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+import changestream
+from changestream import DataChangeRecord, EmbeddedDatabase, InvalidArgument, Lease, NotFound
+from changestream.cli import main
+from changestream.client import (
+    Checkpointer,
+    InitializationContext,
+    LeaseLost,
+    Position,
+    RecordProcessor,
+    ShutdownReason,
+    StreamClient,
+)
+from changestream.client.lease_table import END, PARTITION_LEASE
+from changestream.client.taker import LeaseTaker
+
+pytestmark = pytest.mark.timeout(120)
+
+STREAM = "AccStream"
+TIMEOUT = 1.0
+WAIT_S = 30.0
+
+
+def wait_for(what: str, condition: Callable[[], bool], timeout: float = WAIT_S) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def acc(tmp_path: Path) -> Iterator[tuple[EmbeddedDatabase, int]]:
+    with changestream.open(str(tmp_path / "acc.db")) as db:
+        db.set_split_policy(enabled=False)
+        db.execute_ddl("CREATE TABLE Acc (K INT64 NOT NULL, V INT64) PRIMARY KEY (K)")
+        created = db.execute_ddl(f"CREATE CHANGE STREAM {STREAM} FOR Acc")
+        yield db, created
+
+
+def write(db: EmbeddedDatabase, rows: list[list[int]]) -> None:
+    with db.transaction() as tx:
+        tx.insert_or_update("Acc", ["K", "V"], rows)
+
+
+class Log:
+    """What processors saw, shared by every processor of a test."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.mods: list[tuple[str, int, int]] = []  # (worker, key, value) in processing order
+        self.inits: list[InitializationContext] = []
+        self.shutdowns: list[tuple[str, str, ShutdownReason]] = []
+        self.errors: list[Exception] = []
+
+    def values(self) -> dict[int, list[int]]:
+        per_key: dict[int, list[int]] = defaultdict(list)
+        with self.lock:
+            for _, key, value in self.mods:
+                per_key[key].append(value)
+        return per_key
+
+    def count(self) -> int:
+        with self.lock:
+            return len(self.mods)
+
+
+class Recorder(RecordProcessor):
+    """Logs every mod; checkpoints after each batch unless told not to."""
+
+    def __init__(self, log: Log, worker: str, checkpoint: bool = True) -> None:
+        self.log = log
+        self.worker = worker
+        self.checkpoint = checkpoint
+        self.token = ""
+
+    def initialize(self, context: InitializationContext) -> None:
+        self.token = context.partition_token
+        with self.log.lock:
+            self.log.inits.append(context)
+
+    def process_records(self, records: list[DataChangeRecord], checkpointer: Checkpointer) -> None:
+        with self.log.lock:
+            for record in records:
+                for mod in record.mods:
+                    self.log.mods.append((self.worker, mod.keys["K"], mod.new_values["V"]))
+        if self.checkpoint:
+            checkpointer.checkpoint()
+
+    def shutdown(self, reason: ShutdownReason, checkpointer: Checkpointer) -> None:
+        with self.log.lock:
+            self.log.shutdowns.append((self.worker, self.token, reason))
+
+
+def client(
+    db: EmbeddedDatabase,
+    created: int,
+    worker: str,
+    factory: Callable[[], RecordProcessor],
+    **options: Any,
+) -> StreamClient:
+    options.setdefault("lease_timeout", TIMEOUT)
+    return StreamClient(db, STREAM, worker, factory, start_timestamp=created, **options)
+
+
+@contextmanager
+def running(*clients: StreamClient) -> Iterator[None]:
+    for each in clients:
+        each.start()
+    try:
+        yield
+    finally:
+        for each in clients:
+            assert each.stop(timeout=WAIT_S), f"{each.worker_id} did not stop"
+
+
+def partition_rows(db: EmbeddedDatabase, consumer: str = "default") -> list[Lease]:
+    rows = db.leases(STREAM, consumer).list_leases()
+    return [r for r in rows if r.status_type == PARTITION_LEASE]
+
+
+# --- the lease table in the engine ----------------------------------------------------------
+
+
+def test_lease_table_changes_are_conditional_on_the_counter(
+    acc: tuple[EmbeddedDatabase, int],
+) -> None:
+    db, _ = acc
+    table = db.leases(STREAM, "app")
+    lease = Lease(PARTITION_LEASE, "p1", parent_shard_ids=("p0",), start_timestamp=5)
+    assert table.insert_if_absent(lease)
+    assert not table.insert_if_absent(dataclasses.replace(lease, checkpoint="other"))
+    assert table.get(PARTITION_LEASE, "p1") == lease
+    assert table.get(PARTITION_LEASE, "nope") is None
+
+    mine = table.update(dataclasses.replace(lease, lease_owner="w1", checkpoint="1:0"))
+    assert mine is not None and mine.lease_counter == 1 and mine.lease_owner == "w1"
+    # A writer still holding counter 0 loses, and so does a delete from that view.
+    assert table.update(dataclasses.replace(lease, lease_owner="w2")) is None
+    assert not table.delete(lease)
+    assert table.list_leases() == [mine]
+    assert mine.to_dict()["ParentShardIds"] == ["p0"]
+    assert table.delete(mine)
+    assert table.list_leases() == []
+
+
+def test_consumer_groups_and_streams_are_kept_apart(acc: tuple[EmbeddedDatabase, int]) -> None:
+    db, _ = acc
+    db.execute_ddl("CREATE CHANGE STREAM Other FOR Acc")
+    db.leases(STREAM, "a").insert_if_absent(Lease(PARTITION_LEASE, "p"))
+    db.leases(STREAM, "b").insert_if_absent(Lease(PARTITION_LEASE, "p", checkpoint="x"))
+    db.leases("Other", "a").insert_if_absent(Lease(PARTITION_LEASE, "q"))
+    assert [r.checkpoint for r in db.leases(STREAM, "b").list_leases()] == ["x"]
+    assert db.lease_consumers(STREAM) == ["a", "b"]
+    assert db.lease_consumers("Other") == ["a"]
+    assert isinstance(db, changestream.Database)
+    assert isinstance(db.leases(STREAM, "a"), changestream.LeaseTableLike)
+    with pytest.raises(NotFound, match="change stream 'Nope' does not exist"):
+        db.leases("Nope", "a")
+    with pytest.raises(InvalidArgument, match="consumer must be 1 to 128 printable characters"):
+        db.leases(STREAM, "")
+    # Dropping a stream drops its consumer groups' state with it.
+    db.execute_ddl("DROP CHANGE STREAM Other")
+    db.execute_ddl("CREATE CHANGE STREAM Other FOR Acc")
+    assert db.lease_consumers("Other") == []
+
+
+def test_a_file_made_before_the_lease_table_gets_it_on_open(tmp_path: Path) -> None:
+    path = str(tmp_path / "old.db")
+    with changestream.open(path) as db:
+        db.execute_ddl("CREATE TABLE T (K INT64 NOT NULL) PRIMARY KEY (K)")
+        db.execute_ddl("CREATE CHANGE STREAM S FOR T")
+    raw = sqlite3.connect(path)
+    raw.execute("DROP TABLE _cs_leases")
+    raw.commit()
+    raw.close()
+    with changestream.open(path) as db:
+        assert db.leases("S", "app").insert_if_absent(Lease(PARTITION_LEASE, "p"))
+
+
+# --- the taker's rules ----------------------------------------------------------------------
+
+
+def owned(token: str, owner: str | None, counter: int = 0, **fields: Any) -> Lease:
+    return Lease(PARTITION_LEASE, token, lease_owner=owner, lease_counter=counter, **fields)
+
+
+def test_taker_takes_free_leases_up_to_its_share_and_waits_for_parents() -> None:
+    taker = LeaseTaker("me", lease_timeout=10, max_steals_per_round=2)
+    leases = [
+        owned("a", None),
+        owned("b", None),
+        owned("c", "other"),
+        owned("d", "other"),
+        owned("parent", "other"),
+        owned("child", None, parent_shard_ids=("parent",)),
+        owned("done", None, checkpoint=END),
+    ]
+    plan = taker.plan(leases, set(), now=0.0)
+    # 5 ready leases over 2 workers: a share of 3; the child waits for its parent.
+    assert sorted(r.status_value for r in plan.take) == ["a", "b"]
+    assert plan.steal == []
+
+
+def test_taker_takes_expired_leases_after_the_timeout_by_its_own_clock() -> None:
+    taker = LeaseTaker("me", lease_timeout=10, max_steals_per_round=2)
+    leases = [owned("a", "dead", counter=7), owned("b", "alive", counter=3)]
+    assert taker.plan(leases, set(), now=0.0).take == []
+    later = [owned("a", "dead", counter=7), owned("b", "alive", counter=4)]
+    assert taker.plan(later, set(), now=9.0).take == []
+    assert [r.status_value for r in taker.plan(later, set(), now=10.5).take] == ["a"]
+
+
+def test_taker_steals_from_the_most_loaded_only_to_reach_its_share() -> None:
+    taker = LeaseTaker("me", lease_timeout=10, max_steals_per_round=2)
+    leases = [owned(f"x{i}", "x") for i in range(6)] + [owned(f"y{i}", "y") for i in range(3)]
+    plan = taker.plan(leases, set(), now=0.0)
+    # 9 leases, 3 workers: a share of 3, all from x (6 > 3), at most 2 per round.
+    assert plan.take == [] and [r.lease_owner for r in plan.steal] == ["x", "x"]
+    marked = [dataclasses.replace(r, lease_stealer="me") for r in leases[:2]] + leases[2:]
+    plan = taker.plan(marked, set(), now=1.0)
+    assert [r.lease_owner for r in plan.steal] == ["x"]
+    # Even within one: no churn.
+    balanced = [owned("a", "x"), owned("b", "x"), owned("c", "y"), owned("d", "me")]
+    assert taker.plan(balanced, {"d"}, now=2.0) == taker.plan(balanced, {"d"}, now=2.0)
+    assert taker.plan(balanced, {"d"}, now=2.0).steal == []
+
+
+def test_taker_resumes_leases_that_are_already_its_own() -> None:
+    taker = LeaseTaker("me", lease_timeout=10, max_steals_per_round=2)
+    leases = [owned("a", "me"), owned("b", "me")]
+    assert [r.status_value for r in taker.plan(leases, {"a"}, now=0.0).take] == ["b"]
+
+
+# --- processing -----------------------------------------------------------------------------
+
+
+def test_one_worker_follows_splits_and_merges_and_keeps_key_order(
+    acc: tuple[EmbeddedDatabase, int],
+) -> None:
+    db, created = acc
+    log = Log()
+    worker = client(db, created, "w1", lambda: Recorder(log, "w1"))
+    expected: dict[int, list[int]] = defaultdict(list)
+
+    def commit(step: int) -> None:
+        rows = [[step % 40, step], [(step * 7) % 40, step]] if step % 3 else [[step % 40, step]]
+        rows = list({k: [k, v] for k, v in rows}.values())
+        write(db, rows)
+        for k, v in rows:
+            expected[k].append(v)
+
+    with running(worker):
+        for step in range(60):
+            commit(step)
+        db.split_at("Acc", (20,))
+        for step in range(60, 120):
+            commit(step)
+        db.split_at("Acc", (10,))
+        db.merge_at("Acc", (20,))  # a child of two parents
+        for step in range(120, 180):
+            commit(step)
+        wait_for("every mod", lambda: log.count() == sum(map(len, expected.values())))
+    assert log.values() == expected
+    assert {reason for _, _, reason in log.shutdowns} >= {ShutdownReason.PARTITION_END}
+    # The first partition was collected: it is finished and no unfinished one waits for it.
+    # Its children's rows stay while their own children (the live partitions) name them.
+    rows = partition_rows(db)
+    assert len(rows) == 5 and sum(r.checkpoint == END for r in rows) == 3
+
+
+def test_processor_errors_are_retried_with_backoff_and_reported(
+    acc: tuple[EmbeddedDatabase, int], caplog: pytest.LogCaptureFixture
+) -> None:
+    db, created = acc
+    log = Log()
+    failures = [2]
+
+    class Flaky(Recorder):
+        def process_records(self, records: list[DataChangeRecord], cp: Checkpointer) -> None:
+            if failures[0]:
+                failures[0] -= 1
+                raise RuntimeError("sink unavailable")
+            super().process_records(records, cp)
+
+    write(db, [[1, 1], [2, 1]])
+    write(db, [[1, 2]])
+    with (
+        caplog.at_level(logging.ERROR, "changestream.client"),
+        running(client(db, created, "w1", lambda: Flaky(log, "w1"))),
+    ):
+        wait_for("the batch to go through", lambda: log.count() == 3)
+    assert log.values() == {1: [1, 2], 2: [1]}
+    retries = [r for r in caplog.records if "process_records failed" in r.getMessage()]
+    assert len(retries) == 2 and "attempt 2" in retries[1].getMessage()
+    assert "sink unavailable" in caplog.text
+
+
+def test_checkpoints_move_forward_within_what_was_delivered(
+    acc: tuple[EmbeddedDatabase, int],
+) -> None:
+    db, created = acc
+    outcomes: list[str] = []
+
+    class Probing(RecordProcessor):
+        def process_records(self, records: list[DataChangeRecord], cp: Checkpointer) -> None:
+            last = Position.of(records[-1])
+            for attempt in (
+                lambda: cp.checkpoint(Position(last.timestamp + 1, 0)),
+                lambda: cp.checkpoint(dataclasses.replace(records[0], partition_token="other")),
+            ):
+                try:
+                    attempt()
+                except InvalidArgument as exc:
+                    outcomes.append(str(exc))
+            cp.checkpoint(records[-1])
+            try:
+                cp.checkpoint(Position(last.timestamp - 1, 0))
+            except InvalidArgument as exc:
+                outcomes.append(str(exc))
+            cp.checkpoint()  # the same position again is fine
+            outcomes.append(f"at {cp.last_checkpoint == last == cp.largest_permitted}")
+
+    write(db, [[1, 1]])
+    with running(client(db, created, "w1", Probing)):
+        wait_for("the probes", lambda: len(outcomes) == 4)
+    assert "only records up to" in outcomes[0]
+    assert "a record of another partition" in outcomes[1]
+    assert "checkpoints only move forward" in outcomes[2]
+    assert outcomes[3] == "at True"
+
+
+def test_automatic_checkpoints_every_n_records(acc: tuple[EmbeddedDatabase, int]) -> None:
+    db, created = acc
+    log = Log()
+    for value in range(10):
+        write(db, [[1, value]])
+    worker = client(
+        db, created, "w1", lambda: Recorder(log, "w1", checkpoint=False), checkpoint_every_records=4
+    )
+    with running(worker):
+        wait_for("the records", lambda: log.count() == 10)
+
+        def checkpointed() -> bool:
+            (row,) = partition_rows(db)
+            return row.checkpoint not in ("", END)
+
+        wait_for("an automatic checkpoint", checkpointed)
+
+
+def test_a_lost_lease_is_never_checkpointed(acc: tuple[EmbeddedDatabase, int]) -> None:
+    db, created = acc
+    log = Log()
+    refused: list[str] = []
+    release = threading.Event()
+
+    class Slow(Recorder):
+        def process_records(self, records: list[DataChangeRecord], cp: Checkpointer) -> None:
+            super().process_records(records, cp)
+            release.wait(WAIT_S)
+
+        def shutdown(self, reason: ShutdownReason, cp: Checkpointer) -> None:
+            super().shutdown(reason, cp)
+            try:
+                cp.checkpoint()
+            except LeaseLost as exc:
+                refused.append(str(exc))
+
+    write(db, [[1, 1]])
+    with running(client(db, created, "w1", lambda: Slow(log, "w1", checkpoint=False))):
+        wait_for("the batch", lambda: log.count() == 1)
+        (row,) = partition_rows(db)
+        # Another worker takes the lease over (as if w1 had stopped renewing).
+        table = db.leases(STREAM, "default")
+        wait_for(
+            "the take-over",
+            lambda: (
+                table.update(dataclasses.replace(table.list_leases()[0], lease_owner="intruder"))
+                is not None
+            ),
+        )
+        release.set()
+        wait_for("w1 to notice", lambda: bool(log.shutdowns))
+    assert log.shutdowns[0][2] is ShutdownReason.LEASE_LOST
+    assert refused and "was lost" in refused[0]
+    (after,) = partition_rows(db)
+    assert after.lease_owner == "intruder" and after.checkpoint == row.checkpoint == ""
+
+
+def test_a_joining_worker_gets_leases_handed_over_at_their_checkpoint(
+    acc: tuple[EmbeddedDatabase, int],
+) -> None:
+    db, created = acc
+    for boundary in (10, 20, 30):
+        db.split_at("Acc", (boundary,))
+    log = Log()
+    # Processors that never checkpoint: only the hand-over's checkpoint prevents duplicates.
+    first = client(db, created, "w1", lambda: Recorder(log, "w1", checkpoint=False))
+    second = client(db, created, "w2", lambda: Recorder(log, "w2", checkpoint=False))
+    with running(first):
+        for value in range(20):
+            write(db, [[k, value] for k in (5, 15, 25, 35)])
+        wait_for("w1 to take all four", lambda: len(first.partitions) == 4)
+        wait_for("w1 to process", lambda: log.count() == 80)
+        with running(second):
+            wait_for("the leases to even out", lambda: len(second.partitions) == 2)
+            for value in range(20, 30):
+                write(db, [[k, value] for k in (5, 15, 25, 35)])
+            wait_for("the new mods", lambda: log.count() == 120)
+            handed = [t for w, t, r in log.shutdowns if r is ShutdownReason.REQUESTED]
+            assert len(handed) == 2 and set(handed) == set(second.partitions)
+            assert len(first.partitions) == 2
+    assert log.values() == {k: list(range(30)) for k in (5, 15, 25, 35)}
+    # A clean stop released everything with the processed position checkpointed.
+    assert all(r.lease_owner is None and r.checkpoint for r in partition_rows(db))
+
+
+def test_a_restarted_group_resumes_after_its_checkpoints(
+    acc: tuple[EmbeddedDatabase, int],
+) -> None:
+    db, created = acc
+    log = Log()
+    write(db, [[1, 1], [2, 1]])
+    with running(client(db, created, "w1", lambda: Recorder(log, "w1"))):
+        wait_for("the first mods", lambda: log.count() == 2)
+    write(db, [[1, 2]])
+    # A new worker of the same group: start_timestamp only applies to a new group.
+    with running(client(db, created, "w2", lambda: Recorder(log, "w2"))):
+        wait_for("the new mod", lambda: log.count() == 3)
+        time.sleep(TIMEOUT)  # room for a wrongly repeated delivery to show up
+    assert log.mods == [("w1", 1, 1), ("w1", 2, 1), ("w2", 1, 2)]
+
+
+def test_children_wait_until_every_parent_is_finished(acc: tuple[EmbeddedDatabase, int]) -> None:
+    db, created = acc
+    db.split_at("Acc", (20,))
+    left, _ = db.partitions(STREAM)
+    log = Log()
+    hold_left = threading.Event()
+
+    class HoldsLeft(Recorder):
+        def process_records(self, records: list[DataChangeRecord], cp: Checkpointer) -> None:
+            if self.token == left.token:
+                hold_left.wait(WAIT_S)
+            super().process_records(records, cp)
+
+    workers = [client(db, created, f"w{i}", lambda i=i: HoldsLeft(log, f"w{i}")) for i in (1, 2)]
+    with running(*workers):
+        write(db, [[5, 1], [25, 1]])
+        db.merge_at("Acc", (20,))
+        write(db, [[5, 2], [25, 2]])
+        wait_for("the right parent", lambda: log.values().get(25) == [1])
+        time.sleep(1.0)  # the merge child must not start while its left parent is held
+        assert 5 not in log.values() and log.values()[25] == [1]
+        hold_left.set()
+        wait_for("everything", lambda: log.count() == 4)
+    assert log.values() == {5: [1, 2], 25: [1, 2]}
+
+
+def test_two_consumer_groups_each_get_every_record(acc: tuple[EmbeddedDatabase, int]) -> None:
+    db, created = acc
+    logs = {"audit": Log(), "search": Log()}
+    write(db, [[1, 1], [2, 1]])
+    workers = [
+        client(db, created, "w", lambda g=group: Recorder(logs[g], "w"), consumer=group)
+        for group in logs
+    ]
+    with running(*workers):
+        wait_for("both groups", lambda: all(log.count() == 2 for log in logs.values()))
+    assert db.lease_consumers(STREAM) == ["audit", "search"]
+
+
+def test_a_dropped_stream_stops_the_worker_with_its_error(
+    acc: tuple[EmbeddedDatabase, int],
+) -> None:
+    db, created = acc
+    log = Log()
+    worker = client(db, created, "w1", lambda: Recorder(log, "w1"))
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            worker.run()
+        except NotFound as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    wait_for("the lease", lambda: bool(worker.partitions))
+    db.execute_ddl(f"DROP CHANGE STREAM {STREAM}")
+    thread.join(WAIT_S)
+    assert not thread.is_alive()
+    # "was dropped" from a running read, "does not exist" from a read starting after it.
+    assert errors and worker.error is errors[0]
+    assert "was dropped" in str(errors[0]) or "does not exist" in str(errors[0])
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"worker_id": ""}, "worker_id must be 1 to 128 printable characters"),
+        ({"lease_timeout": 0}, "lease_timeout must be a positive number, got 0"),
+        ({"max_records": 1.5}, "max_records must be a positive integer, got 1.5"),
+        ({"checkpoint_every_seconds": -1}, "positive number or None, got -1"),
+        ({"max_steals_per_round": -1}, "max_steals_per_round must be an integer >= 0"),
+        ({"processor_factory": 3}, "processor_factory must be a callable"),
+        ({"consumer": "a\nb"}, "consumer must be 1 to 128 printable characters"),
+        ({"start_timestamp": "yesterday"}, "start_timestamp must be an RFC 3339 timestamp"),
+    ],
+)
+def test_stream_client_arguments_are_checked(
+    acc: tuple[EmbeddedDatabase, int], options: dict[str, Any], message: str
+) -> None:
+    db, _ = acc
+    arguments: dict[str, Any] = {"worker_id": "w", "processor_factory": lambda: None}
+    arguments.update(options)
+    with pytest.raises(InvalidArgument, match=message):
+        StreamClient(db, STREAM, **arguments)
+
+
+def test_unknown_stream_and_second_start(acc: tuple[EmbeddedDatabase, int]) -> None:
+    db, created = acc
+    with pytest.raises(NotFound, match="change stream 'Nope' does not exist"):
+        StreamClient(db, "Nope", "w", lambda: Recorder(Log(), "w"))
+    worker = client(db, created, "w", lambda: Recorder(Log(), "w"))
+    with running(worker), pytest.raises(changestream.FailedPrecondition, match="already started"):
+        worker.start()
+
+
+def test_leases_command_prints_the_table_once(
+    acc: tuple[EmbeddedDatabase, int], tmp_path: Path
+) -> None:
+    db, created = acc
+    db.split_at("Acc", (20,))
+    log = Log()
+    write(db, [[1, 1]])
+    with running(client(db, created, "w1", lambda: Recorder(log, "w1"))):
+        wait_for("the mod", lambda: log.count() == 1)
+        result = CliRunner().invoke(
+            main, ["leases", str(tmp_path / "acc.db"), STREAM, "--once"], env={"COLUMNS": "250"}
+        )
+    assert result.exit_code == 0, result.output
+    header, *rows = result.output.splitlines()
+    assert header.split() == [
+        "consumer",
+        "partition",
+        "parents",
+        "owner",
+        "stealer",
+        "checkpoint",
+        "lag",
+        "state",
+    ]
+    # The partition the group started in (finished at the split) and its two children.
+    assert [r.split()[-1] for r in rows] == ["finished", "owned", "owned"]
+    assert all(r.split()[0] == "default" and " w1 " in r for r in rows[1:])
+    assert any("Z#0" in r for r in rows)  # the checkpoint after the one record
+    missing = CliRunner().invoke(main, ["leases", str(tmp_path / "acc.db"), "Nope", "--once"])
+    assert missing.exit_code == 2 and "change stream 'Nope' does not exist" in missing.output
+
+
+def test_a_processor_can_stop_its_own_worker(acc: tuple[EmbeddedDatabase, int]) -> None:
+    db, created = acc
+    log = Log()
+    workers: list[StreamClient] = []
+
+    class Stopper(Recorder):
+        def process_records(self, records: list[DataChangeRecord], cp: Checkpointer) -> None:
+            super().process_records(records, cp)
+            assert workers[0].stop() is False  # requested, not waited for from inside
+
+    workers.append(client(db, created, "w1", lambda: Stopper(log, "w1")))
+    write(db, [[1, 1]])
+    thread = threading.Thread(target=workers[0].run)
+    thread.start()
+    thread.join(WAIT_S)
+    assert not thread.is_alive() and log.count() == 1
+    assert [reason for _, _, reason in log.shutdowns] == [ShutdownReason.REQUESTED]
+    (row,) = partition_rows(db)
+    assert row.lease_owner is None and row.checkpoint not in ("", END)

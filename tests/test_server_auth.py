@@ -1,0 +1,155 @@
+"""Bearer tokens and scopes: no token, a wrong token, and each scope against every endpoint."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from click.testing import CliRunner
+
+import changestream
+from changestream.cli import main
+from changestream.errors import InvalidArgument, PermissionDenied, Unauthenticated
+from changestream.server import TokenFile, create_token
+from changestream.server.auth import token_hash
+from changestream.server.routes import ROUTES
+from tests.conftest import ACCOUNT_BALANCE
+from tests.server_support import serving
+
+SCOPES = ("read", "write", "admin")
+LEASE = {"status_type": "partition", "status_value": "p1"}
+
+
+def request_for(path: str, method: str, created: int) -> tuple[str, dict[str, Any] | None]:
+    """A request each route accepts, given the scope it needs."""
+    url = path.replace("{database}", "bank").replace("{stream}", "Bank")
+    bodies: dict[str, dict[str, Any]] = {
+        "/ddl": {"statements": "CREATE TABLE Extra (K INT64 NOT NULL) PRIMARY KEY (K)"},
+        "/commit": {
+            "mutations": [
+                {
+                    "op": "insert_or_update",
+                    "table": "AccountBalance",
+                    "columns": ["AccountId", "LastUpdate", "Balance"],
+                    "values": [["a", {"$commit_timestamp": True}, 1]],
+                }
+            ]
+        },
+        "/execute_update": {"dml": "DELETE FROM AccountBalance WHERE AccountId = 'none'"},
+        "/rollback": {"session": "unknown"},
+        "/read": {"table": "AccountBalance"},
+        "/sql": {"sql": "SELECT * FROM AccountBalance"},
+        "/read_change_stream": {"stream": "Bank", "start_timestamp": created},
+        "/split": {"table": "AccountBalance", "key": ["m"]},
+        "/merge": {"table": "AccountBalance", "key": ["m"]},
+        "/split_policy": {"changes": {"enabled": False}},
+        "/leases/list": {"consumer": "c"},
+        "/leases/get": {"consumer": "c", **LEASE},
+        "/leases/insert_if_absent": {"consumer": "c", "lease": LEASE},
+        "/leases/update": {"consumer": "c", "lease": LEASE},
+        "/leases/delete": {"consumer": "c", "lease": LEASE},
+    }
+    if method == "GET":
+        return url, None
+    suffix = next((s for s in bodies if url.endswith(s)), None)
+    return url, bodies[suffix] if suffix else {}
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict[str, str], int]]:
+    """(server URL, a token per scope, stream creation time) for a server needing tokens."""
+    tmp = tmp_path_factory.mktemp("auth")
+    tokens_file = str(tmp / "tokens")
+    tokens = {scope: create_token(tokens_file, (scope,), scope) for scope in SCOPES}
+    with changestream.open(str(tmp / "bank.db")) as db:
+        created = db.execute_ddl([ACCOUNT_BALANCE, "CREATE CHANGE STREAM Bank FOR AccountBalance"])
+        with serving({"bank": db}, TokenFile(tokens_file)) as running:
+            yield running.url, tokens, created
+
+
+def call(url: str, method: str, path: str, body: Any, token: str | None) -> httpx.Response:
+    headers = {} if token is None else {"Authorization": f"Bearer {token}"}
+    content = None if body is None else orjson.dumps(body)
+    return httpx.request(method, url + path, content=content, headers=headers, timeout=30)
+
+
+@pytest.mark.parametrize(("path", "method", "scope"), [r[:3] for r in ROUTES])
+def test_every_endpoint_checks_token_and_scope(
+    secured: tuple[str, dict[str, str], int], path: str, method: str, scope: str | None
+) -> None:
+    url, tokens, created = secured
+    target, body = request_for(path, method, created)
+    if scope is None:
+        assert call(url, method, target, body, None).status_code == 200
+        return
+    for token, status, code in [
+        (None, 401, "Unauthenticated"),
+        ("cs_wrong", 401, "Unauthenticated"),
+        *((tokens[s], 403, "PermissionDenied") for s in SCOPES if s != scope),
+    ]:
+        response = call(url, method, target, body, token)
+        assert response.status_code == status, (token, response.text)
+        assert response.headers["content-type"] == "application/json"
+        # The error and nothing else: no data leaks with it.
+        assert orjson.loads(response.content) == {
+            "error": {"code": code, "message": orjson.loads(response.content)["error"]["message"]}
+        }
+    response = call(url, method, target, body, tokens[scope])
+    assert response.status_code == 200, response.text
+    if path.endswith("/execute_update"):
+        session = orjson.loads(response.content)["session"]
+        rollback = target.replace("/execute_update", "/rollback")
+        assert call(url, "POST", rollback, {"session": session}, tokens[scope]).status_code == 200
+
+
+def test_malformed_authorization_headers(secured: tuple[str, dict[str, str], int]) -> None:
+    url = secured[0]
+    for header in ("Basic abc", "Bearer", "Token x", secured[1]["read"]):
+        response = httpx.get(url + "/v1/databases", headers={"Authorization": header})
+        assert response.status_code == 401
+        assert orjson.loads(response.content)["error"]["code"] == "Unauthenticated"
+
+
+def test_remote_database_raises_auth_errors(secured: tuple[str, dict[str, str], int]) -> None:
+    url, tokens, _ = secured
+    with pytest.raises(Unauthenticated, match="not valid"):
+        changestream.connect(url + "/bank", token="cs_wrong").read("AccountBalance")
+    reader = changestream.connect(url + "/bank", token=tokens["read"])
+    assert isinstance(reader.read("AccountBalance"), list)
+    denied = "needs the 'write' scope; the token has read"
+    with pytest.raises(PermissionDenied, match=denied), reader.transaction() as tx:
+        tx.insert("AccountBalance", ["AccountId"], [["x"]])
+    with pytest.raises(PermissionDenied, match="'admin'"):
+        reader.execute_ddl("DROP CHANGE STREAM Bank")
+    reader.close()
+
+
+def test_tokens_file_keeps_hashes_only_and_is_reread(tmp_path: Path) -> None:
+    path = str(tmp_path / "tokens")
+    create = ["token", "create", "--tokens", path, "--scope", "write,read"]
+    result = CliRunner().invoke(main, create)
+    assert result.exit_code == 0, result.output
+    token = result.output.strip()
+    text = (tmp_path / "tokens").read_text()
+    assert token not in text and token_hash(token) in text
+    entry = orjson.loads(text)
+    assert entry["scopes"] == ["read", "write"]
+    assert (tmp_path / "tokens").stat().st_mode & 0o077 == 0
+    accepted = TokenFile(path).authenticate(f"Bearer {token}")
+    assert accepted.scopes == {"read", "write"}
+    bad = CliRunner().invoke(main, ["token", "create", "--tokens", path, "--scope", "root"])
+    assert bad.exit_code == 2 and "scopes must be a comma-separated list" in bad.output
+    with pytest.raises(InvalidArgument, match="no tokens file"):
+        TokenFile(str(tmp_path / "missing"))
+
+
+def test_serve_refuses_to_start_without_a_choice_of_auth(tmp_path: Path) -> None:
+    with changestream.open(str(tmp_path / "a.db")):
+        pass
+    result = CliRunner().invoke(main, ["serve", str(tmp_path / "a.db")])
+    assert result.exit_code == 2
+    assert "--tokens FILE" in result.output and "--insecure-no-auth" in result.output

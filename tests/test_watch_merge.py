@@ -1,0 +1,90 @@
+"""The k-way merge: commit order over many partitions, one idle, while partitions split and
+merge under a live cursor. No timing is asserted; every wait is bounded."""
+
+from __future__ import annotations
+
+import random
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import changestream
+from changestream.clock import parse_ts
+from changestream.watch.merge import record_key
+from tests.lineage import read_lineage
+from tests.watch_support import COLUMNS, ITEMS, key, nothing_more, take
+
+pytestmark = pytest.mark.timeout(120)
+
+IDLE = range(300, 400)  # the key range of the partition nobody writes to
+
+
+def commit(db: changestream.EmbeddedDatabase, rng: random.Random, n: int) -> tuple[int, set[int]]:
+    """One transaction writing 1-4 keys across the key space, never in the idle range."""
+    ids = {i for i in rng.sample(range(1000), 4)[: rng.randint(1, 4)] if i not in IDLE} or {1}
+    with db.transaction() as tx:
+        tx.insert_or_update("Items", COLUMNS, [[i, f"v{n}", n] for i in sorted(ids)])
+    assert tx.commit_timestamp is not None
+    return parse_ts(tx.commit_timestamp), ids
+
+
+def test_live_merge_in_commit_order_over_many_partitions_one_idle(tmp_path: Path) -> None:
+    with changestream.open(str(tmp_path / "merge.db")) as db:
+        db.execute_ddl(ITEMS)
+        for boundary in range(100, 1000, 100):
+            db.split_at("Items", [boundary])
+        stream = db.ensure_watch_stream().stream
+        assert len(db.partitions(stream)) >= 10
+        start = db.ensure_watch_stream().now
+        cursor = db.watch(full_document="whenAvailable", max_await_time_ms=200)
+        rng = random.Random(8)
+        committed: list[tuple[int, set[int]]] = []
+        errors: list[BaseException] = []
+
+        def writer() -> None:
+            try:
+                for n in range(240):
+                    committed.append(commit(db, rng, n))
+                    if n == 80:
+                        db.split_at("Items", [550])
+                    if n == 160:
+                        db.merge_at("Items", [200])
+            except BaseException as exc:
+                errors.append(exc)
+
+        thread = threading.Thread(target=writer)
+        thread.start()
+        events: list[dict[str, Any]] = []
+        try:
+            while thread.is_alive() or len(events) < sum(len(ids) for _, ids in committed):
+                events.extend(take(cursor, 1))
+        finally:
+            thread.join(30)
+        assert not errors
+        assert nothing_more(cursor)
+        cursor.close()
+        end = db.last_commit_ts()
+
+        keys = [key(e) for e in events]
+        assert keys == sorted(keys) and len(set(keys)) == len(keys), "commit order, once each"
+        by_commit: dict[int, set[int]] = {}
+        for event in events:
+            by_commit.setdefault(event["clusterTime"].to_us(), set()).add(
+                event["documentKey"]["Id"]
+            )
+        assert by_commit == dict(committed), "every change, no gap"
+
+        # The same records read partition by partition with the read function, sorted.
+        reads = read_lineage(db, stream, start, end)
+        reference = sorted(
+            ((*record_key(r), m), mod.keys["Id"])
+            for read in reads
+            for r in read.records
+            for m, mod in enumerate(r.mods)
+        )
+        assert [(k[:4], e["documentKey"]["Id"]) for k, e in zip(keys, events, strict=True)] == [
+            (k, i) for k, i in reference
+        ]
+        assert any(not read.records for read in reads), "some partitions stayed idle"
