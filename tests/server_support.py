@@ -133,7 +133,7 @@ class Proxy:
         except (OSError, ValueError):  # cut: the sockets were closed under us
             return
         finally:
-            for sock in (a, b):
+            for sock in (client, upstream):
                 with contextlib.suppress(OSError):
                     sock.close()
 

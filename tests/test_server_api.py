@@ -129,7 +129,9 @@ def test_values_round_trip_through_the_server(
             [],
         ],
     ]
+    assert isinstance(remote, changestream.Database)
     with remote.transaction(tag="types") as tx:
+        assert isinstance(tx, changestream.TransactionLike)
         tx.insert("V", COLUMNS, rows)
     assert remote.read("V") == embedded.read("V")
     assert remote.read("V", [("a",)], ["K", "Ts"]) == [("a", tx.commit_timestamp)]

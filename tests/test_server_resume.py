@@ -42,8 +42,6 @@ def test_cut_connections_resume_exactly(tmp_path: Path) -> None:
             got = list(remote.read_change_stream("S", created, end, partition.token, 1000))
             assert got == expected
             assert proxy.connections > 5  # the stream did break, many times
-            # A cut with records of one transaction on both sides of it (of the 2 records
-            # of each transaction, only the first came before some cut) is covered too.
             remote.close()
             proxy.close()
 

@@ -31,6 +31,8 @@ T = TypeVar("T")
 
 
 class Authenticator(Protocol):
+    """Turns an Authorization header into a principal (``TokenFile`` or ``NoAuth``)."""
+
     def authenticate(self, authorization: str | None) -> Principal: ...
 
 
@@ -91,6 +93,8 @@ class ServerState:
 
 
 class JSONResponse(Response):
+    """A JSON response rendered by orjson."""
+
     media_type = "application/json"
 
     def render(self, content: Any) -> bytes:
@@ -98,9 +102,11 @@ class JSONResponse(Response):
 
 
 def error_response(exc: errors.ChangeStreamError) -> JSONResponse:
+    """The response for an error: its JSON form with its class's HTTP status."""
     return JSONResponse({"error": error_to_json(exc)}, status_code=exc.http_status)
 
 
+#: A route's handler: the request, the server's state and who is asking.
 Handler = Callable[[Request, ServerState, Principal], Awaitable[Response]]
 
 
@@ -162,7 +168,7 @@ async def read_body(request: Request, limit: int) -> dict[str, Any]:
 async def _http_error(request: Request, exc: Exception) -> Response:
     """Starlette's own errors (unknown route, wrong method) as JSON like every other error."""
     assert isinstance(exc, HTTPException)
-    code = {404: "NotFound", 405: "InvalidArgument"}.get(exc.status_code, "InvalidArgument")
+    code = "NotFound" if exc.status_code == 404 else "InvalidArgument"
     message = f"{request.method} {request.url.path}: {exc.detail}"
     body = {"error": {"code": code, "message": message}}
     return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)

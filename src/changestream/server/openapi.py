@@ -42,8 +42,9 @@ write them as single-key objects: `{"$bytes": base64}`, `{"$datetime": iso}`,
 
 **Streams** (`read_change_stream`, `sql`) answer NDJSON, one object per line with a `type`:
 `data_change_record` / `heartbeat_record` / `child_partitions_record` (with `record` in the
-seed's JSON shape and `partition_token`), `fields` and `row` (SQL), `keepalive` (idle),
-`error`, then `end`; `shutdown` means the server is stopping and the client should reconnect.
+seed's JSON shape, `partition_token`, and `timestamp_us`, the record's timestamp), `fields`
+and `row` (SQL), `keepalive` (idle), `error`, then `end`; `shutdown` means the server is
+stopping and the client should reconnect.
 """
 
 

@@ -19,7 +19,7 @@ from contextlib import suppress
 from typing import Any, TypeVar
 
 from changestream.errors import FailedPrecondition, Unavailable
-from changestream.server.workers import WorkerThreads
+from changestream.server.workers import WorkerThreads, settle
 from changestream.store.transaction import Transaction
 from changestream.streams.database import EmbeddedDatabase
 
@@ -73,7 +73,7 @@ class Session:
                     with self._lock:
                         self._closed = True
                 with suppress(RuntimeError):
-                    loop.call_soon_threadsafe(_settle, future, outcome)
+                    loop.call_soon_threadsafe(settle, future, outcome)
                 if finished:
                     return
         finally:
@@ -104,16 +104,6 @@ def _expired() -> FailedPrecondition:
         "the transaction is no longer open on the server (it committed, failed, was idle "
         "too long or the server restarted) and was rolled back; start a new transaction"
     )
-
-
-def _settle(future: asyncio.Future[Any], outcome: tuple[bool, Any]) -> None:
-    if future.done():
-        return
-    ok, value = outcome
-    if ok:
-        future.set_result(value)
-    else:
-        future.set_exception(value)
 
 
 class Sessions:

@@ -20,7 +20,7 @@ import orjson
 
 from changestream.errors import ChangeStreamError
 from changestream.server.wire import error_to_json
-from changestream.server.workers import WorkerThreads
+from changestream.server.workers import WorkerThreads, settle
 
 _log = logging.getLogger(__name__)
 
@@ -137,16 +137,9 @@ async def start_stream(
     opened: asyncio.Future[None] = loop.create_future()
 
     def report(error: BaseException | None) -> None:
-        def settle() -> None:
-            if opened.done():
-                return
-            if error is None:
-                opened.set_result(None)
-            else:
-                opened.set_exception(error)
-
-        with suppress(RuntimeError):
-            loop.call_soon_threadsafe(settle)
+        outcome = (True, None) if error is None else (False, error)
+        with suppress(RuntimeError):  # the loop is gone: the server stopped meanwhile
+            loop.call_soon_threadsafe(settle, opened, outcome)
 
     def produce() -> None:
         try:

@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 import orjson
 
 from changestream import errors
-from changestream.clock import format_ts, parse_ts
+from changestream.clock import format_ts
 from changestream.server.values import decode, encode
 from changestream.store.leases import Lease
 from changestream.store.policy import Action, SplitPolicy
@@ -33,10 +33,18 @@ from changestream.streams.records import (
 
 
 def record_line(record: ChangeRecord) -> dict[str, Any]:
-    """One NDJSON line of the read function: the record's seed JSON, its type and partition."""
+    """One NDJSON line of the read function: the record's seed JSON, its type, its partition,
+    and its timestamp in microseconds (so clients need not parse the RFC 3339 text)."""
+    if isinstance(record, DataChangeRecord):
+        stamp = record.commit_timestamp
+    elif isinstance(record, HeartbeatRecord):
+        stamp = record.timestamp
+    else:
+        stamp = record.start_timestamp
     return {
         "type": record.record_type,
         "partition_token": record.partition_token,
+        "timestamp_us": stamp,
         "record": record.to_dict(),
     }
 
@@ -59,6 +67,8 @@ class StoredDataChange:
             [
                 b'{"type":"data_change_record","partition_token":',
                 orjson.dumps(self.partition_token),
+                b',"timestamp_us":',
+                str(self.commit_timestamp).encode(),
                 b',"record":{"commit_timestamp":"',
                 format_ts(self.commit_timestamp).encode(),
                 b'",',
@@ -73,9 +83,10 @@ def record_from_line(line: dict[str, Any]) -> ChangeRecord:
     kind = line["type"]
     data = line["record"]
     token = line["partition_token"]
+    stamp = line["timestamp_us"]
     if kind == "data_change_record":
         return DataChangeRecord(
-            commit_timestamp=parse_ts(data["commit_timestamp"]),
+            commit_timestamp=stamp,
             record_sequence=data["record_sequence"],
             server_transaction_id=data["server_transaction_id"],
             is_last_record_in_transaction_in_partition=data[
@@ -83,8 +94,10 @@ def record_from_line(line: dict[str, Any]) -> ChangeRecord:
             ],
             table_name=data["table_name"],
             column_types=tuple(
-                ColumnTypeInfo(c["name"], c["type"], c["is_primary_key"], c["ordinal_position"])
-                for c in data["column_types"]
+                [
+                    ColumnTypeInfo(c["name"], c["type"], c["is_primary_key"], c["ordinal_position"])
+                    for c in data["column_types"]
+                ]
             ),
             mods=tuple([Mod(m["keys"], m["new_values"], m["old_values"]) for m in data["mods"]]),
             mod_type=data["mod_type"],
@@ -96,10 +109,10 @@ def record_from_line(line: dict[str, Any]) -> ChangeRecord:
             partition_token=token,
         )
     if kind == "heartbeat_record":
-        return HeartbeatRecord(parse_ts(data["timestamp"]), token)
+        return HeartbeatRecord(stamp, token)
     if kind == "child_partitions_record":
         return ChildPartitionsRecord(
-            start_timestamp=parse_ts(data["start_timestamp"]),
+            start_timestamp=stamp,
             record_sequence=data["record_sequence"],
             child_partitions=tuple(
                 ChildPartition(c["token"], tuple(c["parent_partition_tokens"]))

@@ -63,13 +63,14 @@ class WorkerThreads:
                 outcome = (False, exc)
             # The loop may have closed while the job ran (the server stopped): nobody waits.
             with suppress(RuntimeError):
-                loop.call_soon_threadsafe(_settle, future, outcome)
+                loop.call_soon_threadsafe(settle, future, outcome)
 
         self.submit(job)
         return await future
 
 
-def _settle(future: asyncio.Future[Any], outcome: tuple[bool, Any]) -> None:
+def settle(future: asyncio.Future[Any], outcome: tuple[bool, Any]) -> None:
+    """Give a waiting request the outcome of a job: (True, result) or (False, exception)."""
     if future.done():  # the request was cancelled meanwhile
         return
     ok, value = outcome
