@@ -23,10 +23,8 @@ from changestream.streams.records import (
     ChangeRecord,
     ChildPartition,
     ChildPartitionsRecord,
-    ColumnTypeInfo,
     DataChangeRecord,
     HeartbeatRecord,
-    Mod,
 )
 
 # -- change records ---------------------------------------------------------------------------
@@ -85,29 +83,7 @@ def record_from_line(line: dict[str, Any]) -> ChangeRecord:
     token = line["partition_token"]
     stamp = line["timestamp_us"]
     if kind == "data_change_record":
-        return DataChangeRecord(
-            commit_timestamp=stamp,
-            record_sequence=data["record_sequence"],
-            server_transaction_id=data["server_transaction_id"],
-            is_last_record_in_transaction_in_partition=data[
-                "is_last_record_in_transaction_in_partition"
-            ],
-            table_name=data["table_name"],
-            column_types=tuple(
-                [
-                    ColumnTypeInfo(c["name"], c["type"], c["is_primary_key"], c["ordinal_position"])
-                    for c in data["column_types"]
-                ]
-            ),
-            mods=tuple([Mod(m["keys"], m["new_values"], m["old_values"]) for m in data["mods"]]),
-            mod_type=data["mod_type"],
-            value_capture_type=data["value_capture_type"],
-            number_of_records_in_transaction=data["number_of_records_in_transaction"],
-            number_of_partitions_in_transaction=data["number_of_partitions_in_transaction"],
-            transaction_tag=data["transaction_tag"],
-            is_system_transaction=data["is_system_transaction"],
-            partition_token=token,
-        )
+        return DataChangeRecord.from_dict(stamp, data, token)
     if kind == "heartbeat_record":
         return HeartbeatRecord(stamp, token)
     if kind == "child_partitions_record":

@@ -96,8 +96,14 @@ class DataChangeRecord(_JsonRecord):
     def from_payload(
         commit_timestamp: int, payload: bytes, partition_token: str = ""
     ) -> DataChangeRecord:
-        """Rebuild a record from its change-log payload (see :func:`payload`)."""
-        data = orjson.loads(payload)
+        """Rebuild a record from its change-log payload (the JSON fields but the timestamp)."""
+        return DataChangeRecord.from_dict(commit_timestamp, orjson.loads(payload), partition_token)
+
+    @staticmethod
+    def from_dict(
+        commit_timestamp: int, data: dict[str, Any], partition_token: str = ""
+    ) -> DataChangeRecord:
+        """Rebuild a record from its JSON fields (any ``commit_timestamp`` field is ignored)."""
         return DataChangeRecord(
             commit_timestamp=commit_timestamp,
             record_sequence=data["record_sequence"],
