@@ -57,6 +57,7 @@ from changestream.sql.statements import ReadFunctionCall, parse_statement
 from changestream.store.keys import KeyRange
 from changestream.store.leases import Lease, check_consumer
 from changestream.store.policy import Action, SplitPolicy
+from changestream.store.transaction import MutationMethods
 from changestream.streams.database import Partition, ResultSet
 from changestream.streams.interface import Params, WatchSource
 from changestream.streams.records import (
@@ -417,7 +418,7 @@ class RemoteDatabase:
         return TableHandle(self, name)
 
 
-class RemoteTransaction:
+class RemoteTransaction(MutationMethods):
     """A transaction on a remote database (see the module docs for when things happen)."""
 
     def __init__(self, db: RemoteDatabase, tag: str | None = None) -> None:
@@ -455,24 +456,6 @@ class RemoteTransaction:
         self._mutations.append(
             {"op": op, "table": table, "columns": list(columns), "values": encode(values)}
         )
-
-    def insert(self, table: str, columns: Sequence[str], values: Sequence[Sequence[Any]]) -> None:
-        """Insert rows; the commit fails with AlreadyExists if any row exists."""
-        self._buffer("insert", table, columns, values)
-
-    def update(self, table: str, columns: Sequence[str], values: Sequence[Sequence[Any]]) -> None:
-        """Update rows; the commit fails with NotFound if any row is missing."""
-        self._buffer("update", table, columns, values)
-
-    def insert_or_update(
-        self, table: str, columns: Sequence[str], values: Sequence[Sequence[Any]]
-    ) -> None:
-        """Insert rows, or update the given columns of rows that exist."""
-        self._buffer("insert_or_update", table, columns, values)
-
-    def replace(self, table: str, columns: Sequence[str], values: Sequence[Sequence[Any]]) -> None:
-        """Insert rows, or replace existing rows whole (columns not given become NULL)."""
-        self._buffer("replace", table, columns, values)
 
     def delete(self, table: str, keys: Sequence[Sequence[Any]] | KeyRange) -> None:
         """Delete rows by key tuples or a KeyRange; missing rows are not an error."""

@@ -341,7 +341,34 @@ def _overwrite(change: RowChange, after: dict[str, Any] | None, written: set[str
     change.written |= written
 
 
-class Transaction:
+class MutationMethods:
+    """The four row-writing mutations, buffered by ``_buffer`` (shared with remote transactions)."""
+
+    def _buffer(
+        self, op: str, table: str, columns: Sequence[str], values: Sequence[Sequence[Any]]
+    ) -> None:
+        raise NotImplementedError
+
+    def insert(self, table: str, columns: Sequence[str], values: Sequence[Sequence[Any]]) -> None:
+        """Insert rows; the commit fails with AlreadyExists if any row exists."""
+        self._buffer("insert", table, columns, values)
+
+    def update(self, table: str, columns: Sequence[str], values: Sequence[Sequence[Any]]) -> None:
+        """Update rows; the commit fails with NotFound if any row is missing."""
+        self._buffer("update", table, columns, values)
+
+    def insert_or_update(
+        self, table: str, columns: Sequence[str], values: Sequence[Sequence[Any]]
+    ) -> None:
+        """Insert rows, or update the given columns of rows that exist."""
+        self._buffer("insert_or_update", table, columns, values)
+
+    def replace(self, table: str, columns: Sequence[str], values: Sequence[Sequence[Any]]) -> None:
+        """Insert rows, or replace existing rows whole (columns not given become NULL)."""
+        self._buffer("replace", table, columns, values)
+
+
+class Transaction(MutationMethods):
     """A read-write transaction. Use it as a context manager: it commits when the block ends
     and rolls back when the block raises. Mutations are buffered and applied at commit; DML
     (``execute_update``) runs at once, and later reads in the transaction see it."""
@@ -381,24 +408,6 @@ class Transaction:
         rows = codec.rows(values)
         if rows:
             self._mutations.append(Mutation(op, codec, rows))
-
-    def insert(self, table: str, columns: Sequence[str], values: Sequence[Sequence[Any]]) -> None:
-        """Insert rows; the commit fails with AlreadyExists if any row exists."""
-        self._buffer("insert", table, columns, values)
-
-    def update(self, table: str, columns: Sequence[str], values: Sequence[Sequence[Any]]) -> None:
-        """Update rows; the commit fails with NotFound if any row is missing."""
-        self._buffer("update", table, columns, values)
-
-    def insert_or_update(
-        self, table: str, columns: Sequence[str], values: Sequence[Sequence[Any]]
-    ) -> None:
-        """Insert rows, or update the given columns of rows that exist."""
-        self._buffer("insert_or_update", table, columns, values)
-
-    def replace(self, table: str, columns: Sequence[str], values: Sequence[Sequence[Any]]) -> None:
-        """Insert rows, or replace existing rows whole (columns not given become NULL)."""
-        self._buffer("replace", table, columns, values)
 
     def delete(self, table: str, keys: Sequence[Sequence[Any]] | KeyRange) -> None:
         """Delete rows by key tuples or a KeyRange; missing rows are not an error."""
