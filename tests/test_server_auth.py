@@ -52,6 +52,12 @@ def request_for(path: str, method: str, created: int) -> tuple[str, dict[str, An
         "/leases/insert_if_absent": {"consumer": "c", "lease": LEASE},
         "/leases/update": {"consumer": "c", "lease": LEASE},
         "/leases/delete": {"consumer": "c", "lease": LEASE},
+        "/read_snapshot": {"table": "AccountBalance"},
+        "/system_documents/list": {"kind": "k"},
+        "/system_documents/put": {"kind": "k", "name": "n", "body": {}, "expected_version": None},
+        "/system_documents/delete": {"kind": "k", "name": "n"},
+        "/system_log/append": {"kind": "k", "name": "n", "entry": {"x": 1}},
+        "/system_log/list": {"kind": "k", "name": "n"},
     }
     if method == "GET":
         return url, None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 from changestream.clock import Clock
@@ -77,6 +78,18 @@ def connect(
     return remote(url, token, timeout=timeout, reconnect_timeout=reconnect_timeout, verify=verify)
 
 
+def open_path_or_url(
+    target: str, token: str | None = None, *, create: bool = False
+) -> EmbeddedDatabase | RemoteDatabase:
+    """:func:`open` a database file, or :func:`connect` when ``target`` is an ``http(s)://``
+    URL (with ``token``). Unless ``create``, a missing file is a :class:`NotFound` error."""
+    if target.startswith(("http://", "https://")):
+        return connect(target, token)
+    if not create and target != ":memory:" and not os.path.exists(target):
+        raise NotFound(f"no database file at {target!r} (create one with `changestream ddl`)")
+    return open(target)
+
+
 __all__ = [
     "COMMIT_TIMESTAMP",
     "AlreadyExists",
@@ -110,4 +123,5 @@ __all__ = [
     "__version__",
     "connect",
     "open",
+    "open_path_or_url",
 ]

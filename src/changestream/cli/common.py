@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import decimal
-import os
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -13,7 +12,6 @@ import orjson
 
 import changestream
 from changestream.clock import format_ts, parse_ts
-from changestream.errors import NotFound
 
 if TYPE_CHECKING:
     from changestream.server.client import RemoteDatabase
@@ -31,14 +29,9 @@ def open_database(
     An ``http(s)://`` URL connects to a server instead (with ``--token``, or
     ``$CHANGESTREAM_TOKEN``); a server never creates databases.
     """
-    if path.startswith(("http://", "https://")):
-        from changestream.server.client import connect  # the server extra, only when used
-
-        context = click.get_current_context(silent=True)
-        return connect(path, None if context is None else context.meta.get(TOKEN_KEY))
-    if not create and path != ":memory:" and not os.path.exists(path):
-        raise NotFound(f"no database file at {path!r} (create one with `changestream ddl`)")
-    return changestream.open(path)
+    context = click.get_current_context(silent=True)
+    token = None if context is None else context.meta.get(TOKEN_KEY)
+    return changestream.open_path_or_url(path, token, create=create)
 
 
 def _json_default(value: Any) -> Any:

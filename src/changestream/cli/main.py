@@ -14,10 +14,12 @@ from changestream.cli.common import TOKEN_KEY, open_database
 from changestream.cli.demo import demo
 from changestream.cli.leases import leases
 from changestream.cli.partitions import partitions
+from changestream.cli.pipeline import pipeline
 from changestream.cli.policy import policy
 from changestream.cli.serve import serve
 from changestream.cli.serve import token as token_command
 from changestream.cli.sql import sql
+from changestream.cli.streams import discover_command, streams
 from changestream.clock import format_ts
 from changestream.errors import ChangeStreamError
 
@@ -86,3 +88,6 @@ main.add_command(policy)
 main.add_command(demo)
 main.add_command(serve)
 main.add_command(token_command)
+main.add_command(streams)
+main.add_command(discover_command)
+main.add_command(pipeline)

@@ -36,6 +36,7 @@ import httpx
 import orjson
 
 from changestream.clock import parse_ts, to_datetime
+from changestream.ddl.schema import ChangeStream, Table
 from changestream.errors import (
     ChangeStreamError,
     DatabaseClosed,
@@ -54,6 +55,8 @@ from changestream.server.wire import (
     record_from_line,
 )
 from changestream.sql.statements import ReadFunctionCall, parse_statement
+from changestream.store.database import SnapshotRead
+from changestream.store.documents import SystemDocument
 from changestream.store.keys import KeyRange
 from changestream.store.leases import Lease, check_consumer
 from changestream.store.policy import Action, SplitPolicy
@@ -244,6 +247,74 @@ class RemoteDatabase:
         }
         rows = decode(self._db_call("POST", "/read", body)["rows"])
         return [tuple(row) for row in rows]
+
+    def read_snapshot(
+        self,
+        table: str,
+        keys: KeyRange | None = None,
+        columns: Sequence[str] | None = None,
+        limit: int | None = None,
+    ) -> SnapshotRead:
+        """Rows of ``table`` in key order (all, or a KeyRange; the first ``limit``) read in one
+        snapshot on the server, with that snapshot's commit timestamp."""
+        body = {
+            "table": table,
+            "keys": None if keys is None else encode(keys),
+            "columns": None if columns is None else list(columns),
+            "limit": limit,
+        }
+        reply = self._db_call("POST", "/read_snapshot", body)
+        return SnapshotRead([tuple(row) for row in decode(reply["rows"])], reply["read_timestamp"])
+
+    def tables(self) -> list[Table]:
+        """The user tables, by name: columns in schema order, primary key in key order."""
+        return [Table.from_catalog(t) for t in self._db_call("GET", "/tables")["tables"]]
+
+    def change_streams(self) -> list[ChangeStream]:
+        """The change streams users created (not the engine's own), by name."""
+        reply = self._db_call("GET", "/change_streams")
+        return [ChangeStream.from_catalog(s) for s in reply["change_streams"]]
+
+    def system_documents(self, kind: str) -> dict[str, SystemDocument]:
+        """Every system document of ``kind``, by name."""
+        reply = self._db_call("POST", "/system_documents/list", {"kind": kind})
+        return {
+            d["name"]: SystemDocument(d["name"], d["version"], decode(d["body"]))
+            for d in reply["documents"]
+        }
+
+    def put_system_document(
+        self, kind: str, name: str, body: Mapping[str, Any], expected_version: int | None
+    ) -> int:
+        """Write a system document if it is at ``expected_version`` (None: only if it does not
+        exist); returns the new version. AlreadyExists / FailedPrecondition otherwise."""
+        request = {
+            "kind": kind,
+            "name": name,
+            "body": encode(body),
+            "expected_version": expected_version,
+        }
+        # Not repeated on a broken connection: a repeat would find its own write and fail.
+        reply = self._db_call("POST", "/system_documents/put", request, idempotent=False)
+        return int(reply["version"])
+
+    def delete_system_document(
+        self, kind: str, name: str, expected_version: int | None = None
+    ) -> bool:
+        """Remove a system document and its log; True when it existed."""
+        request = {"kind": kind, "name": name, "expected_version": expected_version}
+        reply = self._db_call("POST", "/system_documents/delete", request, idempotent=False)
+        return bool(reply["deleted"])
+
+    def append_system_log(self, kind: str, name: str, entry: Mapping[str, Any]) -> None:
+        """Append a JSON object to the log of kind/name; it is stamped with ``time`` (µs)."""
+        request = {"kind": kind, "name": name, "entry": encode(entry)}
+        self._db_call("POST", "/system_log/append", request, idempotent=False)
+
+    def system_log(self, kind: str, name: str, limit: int = 100) -> list[dict[str, Any]]:
+        """The last ``limit`` entries of the log of kind/name, oldest first."""
+        request = {"kind": kind, "name": name, "limit": limit}
+        return list(decode(self._db_call("POST", "/system_log/list", request)["entries"]))
 
     def execute_sql(self, sql: str, params: Params = None) -> ResultSet:
         """A SELECT, or a read function in either dialect (streamed, resuming like

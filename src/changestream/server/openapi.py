@@ -115,6 +115,11 @@ def openapi_document() -> dict[str, Any]:
     lease_body = {"consumer": {"type": "string"}, "lease": ref["Lease"]}
     partitions = _object(partitions={"type": "array", "items": ref["Partition"]})
     policy = {"$ref": "#/components/schemas/SplitPolicy"}
+    document_key = {"kind": {"type": "string"}, "name": {"type": "string"}}
+    version = {"type": ["integer", "null"]}
+    document = _object(
+        name={"type": "string"}, version={"type": "integer"}, body={"type": "object"}
+    )
     paths: dict[str, dict[str, Any]] = {
         "/healthz": {"get": _operation("Health", None, _object(status={"type": "string"}))},
         "/metrics": {
@@ -180,6 +185,90 @@ def openapi_document() -> dict[str, Any]:
                 _object(rows={"type": "array", "items": {"type": "array", "items": _ANY}}),
                 {"table": {"type": "string"}, "keys": _KEYS, "columns": _TEXTS},
                 ("table",),
+                db,
+            )
+        },
+        "/v1/databases/{database}/read_snapshot": {
+            "post": _operation(
+                "Read rows (all or a key range) in one snapshot, with its commit timestamp",
+                "read",
+                _object(
+                    rows={"type": "array", "items": {"type": "array", "items": _ANY}},
+                    read_timestamp={"type": "integer"},
+                ),
+                {
+                    "table": {"type": "string"},
+                    "keys": {"oneOf": [_KEYS["oneOf"][1], {"type": "null"}]},
+                    "columns": _TEXTS,
+                    "limit": {"type": ["integer", "null"]},
+                },
+                ("table",),
+                db,
+            )
+        },
+        "/v1/databases/{database}/tables": {
+            "get": _operation(
+                "The user tables (columns in schema order, primary key in key order)",
+                "read",
+                _object(tables={"type": "array", "items": {"type": "object"}}),
+                parameters=db,
+            )
+        },
+        "/v1/databases/{database}/change_streams": {
+            "get": _operation(
+                "The change streams users created",
+                "read",
+                _object(change_streams={"type": "array", "items": {"type": "object"}}),
+                parameters=db,
+            )
+        },
+        "/v1/databases/{database}/system_documents/list": {
+            "post": _operation(
+                "Every system document of a kind",
+                "read",
+                _object(documents={"type": "array", "items": document}),
+                {"kind": {"type": "string"}},
+                ("kind",),
+                db,
+            )
+        },
+        "/v1/databases/{database}/system_documents/put": {
+            "post": _operation(
+                "Write a system document if it is at expected_version (null: if absent)",
+                "write",
+                _object(version={"type": "integer"}),
+                {**document_key, "body": {"type": "object"}, "expected_version": version},
+                ("kind", "name", "body"),
+                db,
+            )
+        },
+        "/v1/databases/{database}/system_documents/delete": {
+            "post": _operation(
+                "Remove a system document and its log",
+                "write",
+                _object(deleted={"type": "boolean"}),
+                {**document_key, "expected_version": version},
+                ("kind", "name"),
+                db,
+            )
+        },
+        "/v1/databases/{database}/system_log/append": {
+            "post": _operation(
+                "Append an entry (stamped with time) to a system log",
+                "write",
+                {"type": "object"},
+                {**document_key, "entry": {"type": "object"}},
+                ("kind", "name", "entry"),
+                db,
+            )
+        },
+        "/v1/databases/{database}/system_log/list": {
+            "post": _operation(
+                "The last entries of a system log, oldest first",
+                "read",
+                _object(entries={"type": "array", "items": {"type": "object"}}),
+                {**document_key, "limit": {"type": "integer"}},
+                ("kind", "name"),
                 db,
             )
         },

@@ -217,6 +217,64 @@ async def read(request: Request, state: ServerState, principal: Principal) -> Re
     return JSONResponse({"rows": encode(rows)})
 
 
+async def read_snapshot(request: Request, state: ServerState, principal: Principal) -> Response:
+    body = await read_body(request, state.config.max_body_bytes)
+    table = _text(body, "table")
+    keys = decode(body.get("keys"))
+    columns = body.get("columns")
+    columns = None if columns is None else _texts(columns, "columns")
+    limit = body.get("limit")
+    found = await _on_db(request, state, lambda db: db.read_snapshot(table, keys, columns, limit))
+    return JSONResponse({"rows": encode(found.rows), "read_timestamp": found.read_timestamp})
+
+
+async def tables(request: Request, state: ServerState, principal: Principal) -> Response:
+    found = await _on_db(request, state, lambda db: db.tables())
+    return JSONResponse({"tables": [t.to_catalog() for t in found]})
+
+
+async def change_streams(request: Request, state: ServerState, principal: Principal) -> Response:
+    found = await _on_db(request, state, lambda db: db.change_streams())
+    return JSONResponse({"change_streams": [s.to_catalog() for s in found]})
+
+
+# -- system documents ---------------------------------------------------------------------
+
+
+def _system_op(op: str) -> Handler:
+    async def run(request: Request, state: ServerState, principal: Principal) -> Response:
+        body = await read_body(request, state.config.max_body_bytes)
+        kind = _text(body, "kind")
+
+        def work(db: EmbeddedDatabase) -> dict[str, Any]:
+            if op == "documents/list":
+                documents = db.system_documents(kind).values()
+                return {
+                    "documents": [
+                        {"name": d.name, "version": d.version, "body": encode(d.body)}
+                        for d in documents
+                    ]
+                }
+            name = _text(body, "name")
+            if op == "documents/put":
+                version = db.put_system_document(
+                    kind, name, decode(body.get("body")), body.get("expected_version")
+                )
+                return {"version": version}
+            if op == "documents/delete":
+                return {
+                    "deleted": db.delete_system_document(kind, name, body.get("expected_version"))
+                }
+            if op == "log/append":
+                db.append_system_log(kind, name, decode(body.get("entry")))
+                return {}
+            return {"entries": encode(db.system_log(kind, name, body.get("limit", 100)))}
+
+        return JSONResponse(await _on_db(request, state, work))
+
+    return run
+
+
 async def _stream(
     request: Request,
     state: ServerState,
@@ -448,6 +506,14 @@ ROUTES: list[tuple[str, str, str | None, Handler]] = [
     (DB + "/execute_update", "POST", "write", execute_update),
     (DB + "/rollback", "POST", "write", rollback),
     (DB + "/read", "POST", "read", read),
+    (DB + "/read_snapshot", "POST", "read", read_snapshot),
+    (DB + "/tables", "GET", "read", tables),
+    (DB + "/change_streams", "GET", "read", change_streams),
+    (DB + "/system_documents/list", "POST", "read", _system_op("documents/list")),
+    (DB + "/system_documents/put", "POST", "write", _system_op("documents/put")),
+    (DB + "/system_documents/delete", "POST", "write", _system_op("documents/delete")),
+    (DB + "/system_log/append", "POST", "write", _system_op("log/append")),
+    (DB + "/system_log/list", "POST", "read", _system_op("log/list")),
     (DB + "/sql", "POST", "read", sql),
     (DB + "/read_change_stream", "POST", "read", read_change_stream),
     (DB + "/split", "POST", "admin", _split_or_merge(False)),

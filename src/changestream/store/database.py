@@ -8,7 +8,7 @@ import shutil
 import sqlite3
 import tempfile
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
@@ -16,13 +16,16 @@ from typing import Any
 from changestream.clock import Clock, next_commit_ts, now_us
 from changestream.ddl import parse_ddl
 from changestream.ddl.schema import (
+    ChangeStream,
     CreateChangeStream,
     DropTable,
     RenameTable,
     Statement,
     StreamOptions,
+    Table,
 )
 from changestream.errors import AlreadyExists, InvalidArgument
+from changestream.store import documents
 from changestream.store import splits as split_ops
 from changestream.store.catalog import Catalog
 from changestream.store.changes import CaptureFn, CommitContext, SchemaChange
@@ -37,6 +40,17 @@ from changestream.store.splits import Split, SplitMap
 from changestream.store.sqlite_layout import SYSTEM_TABLE_NAMES, SYSTEM_TABLES
 
 _GC_INTERVAL_US = 60_000_000
+#: Rows a snapshot read returns at most per call (page with ``limit`` and a KeyRange).
+MAX_SNAPSHOT_ROWS = 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotRead:
+    """Rows read in one consistent snapshot, and the commit timestamp of that snapshot: every
+    commit at or before ``read_timestamp`` (microseconds) is reflected, none after it."""
+
+    rows: list[tuple[Any, ...]]
+    read_timestamp: int
 
 
 @dataclass(slots=True)
@@ -407,6 +421,39 @@ class Store:
         columns: Sequence[str] | None = None,
     ) -> list[tuple[Any, ...]]:
         """Rows of ``table`` in key order: all rows (keys None), the given keys, or a KeyRange."""
+        return self._read(table, keys, columns, None)
+
+    def read_snapshot(
+        self,
+        table: str,
+        keys: KeyRange | None = None,
+        columns: Sequence[str] | None = None,
+        limit: int | None = None,
+    ) -> SnapshotRead:
+        """Rows of ``table`` in key order (all, or a KeyRange; the first ``limit`` of them)
+        with the timestamp of the snapshot they were read in (see :class:`SnapshotRead`)."""
+        if keys is not None and not isinstance(keys, KeyRange):
+            raise InvalidArgument(f"keys must be a KeyRange or None, got {keys!r}")
+        if limit is not None and (
+            isinstance(limit, bool)
+            or not isinstance(limit, int)
+            or not 0 < limit <= MAX_SNAPSHOT_ROWS
+        ):
+            raise InvalidArgument(f"limit must be between 1 and {MAX_SNAPSHOT_ROWS}, got {limit!r}")
+        # One SQLite read transaction: the rows and the last commit timestamp come from the
+        # same snapshot, so a commit is either in both or in neither.
+        with self.snapshot() as conn:
+            stamp = self.read_meta(conn).last_commit_ts
+            rows = self._read(table, keys, columns, limit)
+        return SnapshotRead(rows, stamp)
+
+    def _read(
+        self,
+        table: str,
+        keys: Sequence[Sequence[Any]] | KeyRange | None,
+        columns: Sequence[str] | None,
+        limit: int | None,
+    ) -> list[tuple[Any, ...]]:
         schema = self.catalog().table(table)
         names = list(columns) if columns is not None else [c.name for c in schema.columns]
         for name in names:
@@ -414,6 +461,8 @@ class Store:
                 raise InvalidArgument(f"table {table!r} has no column {name!r}")
         select = f"SELECT {', '.join(quote(n) for n in names)} FROM {quote(table)}"
         order = " ORDER BY " + ", ".join(quote(k) for k in schema.primary_key)
+        if limit is not None:
+            order += f" LIMIT {int(limit)}"
         conn = self.connection()
         if keys is None:
             return conn.execute(select + order).fetchall()
@@ -427,6 +476,42 @@ class Store:
                 found = conn.execute(f"{select} WHERE {condition}", storage_key(schema, key))
                 rows.extend(found.fetchall())
         return rows
+
+    def tables(self) -> list[Table]:
+        """The user tables, by name: columns in schema order, primary key in key order."""
+        return [t for _, t in sorted(self.catalog().tables.items())]
+
+    def change_streams(self) -> list[ChangeStream]:
+        """The change streams users created (not the engine's own), by name."""
+        return [e.definition for _, e in sorted(self.catalog().user_streams().items())]
+
+    # -- system documents --------------------------------------------------------------------
+
+    def system_documents(self, kind: str) -> dict[str, documents.SystemDocument]:
+        """Every system document of ``kind``, by name (see :mod:`changestream.store.documents`)."""
+        return documents.system_documents(self.connection(), kind)
+
+    def put_system_document(
+        self, kind: str, name: str, body: Mapping[str, Any], expected_version: int | None
+    ) -> int:
+        """Write a system document if it is at ``expected_version`` (None: only if it does not
+        exist); returns the new version. AlreadyExists / FailedPrecondition otherwise."""
+        return documents.put_system_document(self, kind, name, body, expected_version)
+
+    def delete_system_document(
+        self, kind: str, name: str, expected_version: int | None = None
+    ) -> bool:
+        """Remove a system document and its log; True when it existed. With
+        ``expected_version``, FailedPrecondition when it is at another version."""
+        return documents.delete_system_document(self, kind, name, expected_version)
+
+    def append_system_log(self, kind: str, name: str, entry: Mapping[str, Any]) -> None:
+        """Append a JSON object to the log of kind/name; it is stamped with ``time`` (µs)."""
+        documents.append_system_log(self, kind, name, entry)
+
+    def system_log(self, kind: str, name: str, limit: int = 100) -> list[dict[str, Any]]:
+        """The last ``limit`` entries of the log of kind/name, oldest first."""
+        return documents.system_log(self.connection(), kind, name, limit)
 
     # -- splits ------------------------------------------------------------------------------
 

@@ -79,6 +79,21 @@ CREATE TABLE IF NOT EXISTS _cs_leases (
     StartTimestamp INTEGER NOT NULL,
     PRIMARY KEY (StreamId, Consumer, StatusType, StatusValue)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS _cs_documents (
+    kind TEXT NOT NULL,
+    name TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    body TEXT NOT NULL,
+    PRIMARY KEY (kind, name)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS _cs_document_log (
+    kind TEXT NOT NULL,
+    name TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    time INTEGER NOT NULL,
+    entry TEXT NOT NULL,
+    PRIMARY KEY (kind, name, seq)
+) WITHOUT ROWID;
 """
 
 #: Every system table, so opening a file made by an older version can add the missing ones.

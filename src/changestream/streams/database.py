@@ -91,6 +91,12 @@ class EmbeddedDatabase(Store):
     def __enter__(self) -> EmbeddedDatabase:
         return self
 
+    @property
+    def name(self) -> str:
+        """The database's name: its file name without the extension (``"memory"`` for
+        ``":memory:"``)."""
+        return os.path.splitext(os.path.basename(self.path))[0]
+
     def transaction(self, tag: str | None = None) -> Transaction:
         """A read-write transaction: ``with db.transaction(tag="app=x") as tx: tx.insert(...)``."""
         return Transaction(self, tag)
@@ -101,8 +107,7 @@ class EmbeddedDatabase(Store):
         its records."""
         self.ensure_system_stream(WATCH_STREAM, SYSTEM_VALUE_CAPTURE_TYPE)
         created = self.catalog().stream(WATCH_STREAM).created_ts
-        database = os.path.splitext(os.path.basename(self.path))[0]
-        return WatchSource(WATCH_STREAM, database, max(self.now(), created))
+        return WatchSource(WATCH_STREAM, self.name, max(self.now(), created))
 
     def watch(
         self,

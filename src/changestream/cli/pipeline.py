@@ -1,0 +1,103 @@
+"""``changestream pipeline run``: the Spark job that moves a stream's changes into event
+files and Delta replicas."""
+
+from __future__ import annotations
+
+import click
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from changestream.cli.common import TOKEN_KEY
+from changestream.clock import format_ts
+
+
+@click.group()
+def pipeline() -> None:
+    """Run streams' pipelines on Spark (needs the `spark` extra and Java 17+)."""
+
+
+@pipeline.command()
+@click.argument("name")
+@click.option(
+    "--db",
+    "db_path",
+    required=True,
+    metavar="PATH_OR_URL",
+    help="The source database (a file PATH or an http(s):// URL) holding the stream.",
+)
+@click.option("--master", default="local[2]", show_default=True, help="The Spark master.")
+@click.option(
+    "--until-caught-up",
+    is_flag=True,
+    help="Stop once every change committed before the run started has landed.",
+)
+@click.option(
+    "--trigger-seconds",
+    type=click.FloatRange(min=0.05),
+    default=1.0,
+    show_default=True,
+    help="Micro-batch interval.",
+)
+@click.option(
+    "--max-records-per-trigger",
+    type=click.IntRange(min=1),
+    default=None,
+    help="At most this many change records per micro-batch (default: all available).",
+)
+@click.option(
+    "--chunk-rows",
+    type=click.IntRange(min=1),
+    default=10_000,
+    show_default=True,
+    help="Rows per backfill chunk (chunks are read in parallel).",
+)
+@click.pass_context
+def run(
+    ctx: click.Context,
+    name: str,
+    db_path: str,
+    master: str,
+    until_caught_up: bool,
+    trigger_seconds: float,
+    max_records_per_trigger: int | None,
+    chunk_rows: int,
+) -> None:
+    """Run stream NAME's pipeline: backfill its objects, then stream every change as events
+    to its destination (and its Delta replicas), until the stream is paused, drained or
+    deleted (or caught up, with --until-caught-up).
+
+    The stream must be Starting, Running, Draining or Failed (`changestream streams start
+    NAME --db D` first). A killed run resumes from its checkpoint, in the destination's
+    _changestream directory.
+    """
+    from changestream.spark.pipeline import Pipeline, PipelineOptions, PipelineStatus
+
+    options = PipelineOptions(
+        master=master,
+        token=ctx.meta.get(TOKEN_KEY),
+        until_caught_up=until_caught_up,
+        trigger_seconds=trigger_seconds,
+        max_records_per_trigger=max_records_per_trigger,
+        chunk_rows=chunk_rows,
+    )
+    columns = (
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        TextColumn("{task.fields[detail]}"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, transient=False) as progress:
+        task = progress.add_task(name, total=None, detail="starting Spark")
+
+        def show(status: PipelineStatus) -> None:
+            lag = status.lag_seconds
+            backfill = ", ".join(f"{k} {v}" for k, v in sorted(status.backfill.items()))
+            progress.update(
+                task,
+                detail=f"{status.state} · {status.rows_processed} events · "
+                + ("lag -" if lag is None else f"lag {lag:.1f}s")
+                + (f" · backfill: {backfill}" if backfill else ""),
+            )
+
+        final = Pipeline(name, db_path, options, on_status=show).run()
+    frontier = "-" if final.frontier is None else format_ts(final.frontier)
+    click.echo(f"stream {name}: {final.state}, {final.rows_processed} events, through {frontier}")

@@ -1,0 +1,296 @@
+"""``changestream streams``: Datastream-style stream definitions and their lifecycle, and
+``changestream discover``: the objects of a source database."""
+
+from __future__ import annotations
+
+import urllib.parse
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from changestream.cli.common import json_line, open_database
+from changestream.clock import format_ts
+from changestream.datastream import StreamCatalog, StreamDefinition, discover
+from changestream.streams.interface import Database
+
+_DB_HELP = "The source database (a file PATH or an http(s):// URL); it holds the streams too."
+_JSON_HELP = "Print JSON instead of a table."
+
+
+def _source(path: str, db: Database) -> str:
+    """The source as the definition stores it: as given, but a server URL without a database
+    name gets the served database's name, so the stream's object names are fixed."""
+    parsed = urllib.parse.urlsplit(path)
+    if parsed.scheme in ("http", "https") and not parsed.path.strip("/"):
+        return path.rstrip("/") + "/" + urllib.parse.quote(db.name, safe="")
+    return path
+
+
+def _names(text: str | None) -> tuple[str, ...]:
+    return () if text is None else tuple(p.strip() for p in text.split(",") if p.strip())
+
+
+def _print(renderable: Any) -> None:
+    Console(soft_wrap=True).print(renderable)
+
+
+@click.group()
+def streams() -> None:
+    """Define streams from a change stream to event files (and Delta replicas), and move
+    them through their lifecycle: Not started, Starting, Running, Draining, Paused, Failed,
+    Failed permanently.
+
+    start and resume only change the state; `changestream pipeline run NAME --db D` does
+    the work (and moves a Starting stream to Running).
+    """
+
+
+@streams.command()
+@click.argument("name")
+@click.option("--db", "db_path", required=True, metavar="PATH_OR_URL", help=_DB_HELP)
+@click.option("--change-stream", required=True, metavar="S", help="The change stream to read.")
+@click.option(
+    "--destination", required=True, metavar="DIR", help="Directory the event files go to."
+)
+@click.option(
+    "--format",
+    "file_format",
+    type=click.Choice(["json", "avro"]),
+    default="json",
+    show_default=True,
+    help="Event file format.",
+)
+@click.option("--replica", metavar="DIR", help="Keep Delta Lake replica tables in DIR.")
+@click.option(
+    "--include",
+    metavar="T1,T2",
+    help="Only these tables (default: every table the change stream watches).",
+)
+@click.option("--exclude", metavar="T3", help="Leave these tables out (comma-separated).")
+@click.option(
+    "--backfill",
+    type=click.Choice(["automatic", "none"]),
+    default="automatic",
+    show_default=True,
+    help="automatic: emit every existing row before the changes; none: only the changes.",
+)
+def create(
+    name: str,
+    db_path: str,
+    change_stream: str,
+    destination: str,
+    file_format: str,
+    replica: str | None,
+    include: str | None,
+    exclude: str | None,
+    backfill: str,
+) -> None:
+    """Define stream NAME, in state Not started.
+
+    The change stream must capture NEW_ROW_AND_OLD_VALUES (or NEW_ROW, whose deletes
+    carry only the keys), and every table named must exist.
+
+    \b
+    Example:
+      changestream streams create orders --db shop.db --change-stream Orders \\
+          --destination out/events --replica out/replica --format avro
+    """
+    with open_database(db_path) as db:
+        definition = StreamDefinition(
+            name=name,
+            database=_source(db_path, db),
+            change_stream=change_stream,
+            include=_names(include),
+            exclude=_names(exclude),
+            destination=destination,
+            format=file_format,
+            replica=replica,
+            backfill=backfill,
+        )
+        catalog = StreamCatalog(db)
+        info = catalog.create(definition)
+        objects = [definition.object_name(t.name) for t in definition.tables(db)]
+    click.echo(
+        f"created stream {name} ({info.state.value}), objects: {', '.join(objects) or 'none yet'}"
+    )
+
+
+@streams.command(name="list")
+@click.option("--db", "db_path", required=True, metavar="PATH_OR_URL", help=_DB_HELP)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per stream.")
+def list_streams(db_path: str, as_json: bool) -> None:
+    """List the streams defined in the database, with their states."""
+    with open_database(db_path) as db:
+        found = StreamCatalog(db).list()
+    if as_json:
+        for info in found:
+            click.echo(
+                json_line(
+                    {
+                        "name": info.name,
+                        "state": info.state.value,
+                        "definition": info.definition.to_dict(),
+                    }
+                )
+            )
+        return
+    table = Table("name", "state", "change stream", "format", "destination", "replica", "created")
+    for info in found:
+        d = info.definition
+        table.add_row(
+            d.name,
+            info.state.value,
+            d.change_stream,
+            d.format,
+            d.destination,
+            d.replica or "-",
+            format_ts(d.created_at),
+        )
+    _print(table)
+
+
+@streams.command()
+@click.argument("name")
+@click.option("--db", "db_path", required=True, metavar="PATH_OR_URL", help=_DB_HELP)
+@click.option("--json", "as_json", is_flag=True, help=_JSON_HELP)
+def describe(name: str, db_path: str, as_json: bool) -> None:
+    """Show stream NAME: state, definition, backfill progress per object, rows processed
+    and lag (seconds since the last processed commit)."""
+    with open_database(db_path) as db:
+        described = StreamCatalog(db).describe(name)
+    if as_json:
+        click.echo(json_line(described))
+        return
+    d = described["definition"]
+    lag = described["lag_seconds"]
+    summary = Table(show_header=False, box=None, title=f"stream {name}", title_justify="left")
+    for label, value in (
+        ("state", f"{described['state']} (since {described['state_changed_at']})"),
+        ("source", f"{d['database']}, change stream {d['change_stream']}"),
+        ("include", ", ".join(d["include"]) or "all watched tables"),
+        ("exclude", ", ".join(d["exclude"]) or "-"),
+        ("destination", f"{d['destination']} ({d['format']})"),
+        ("replica", d["replica"] or "-"),
+        ("backfill", d["backfill"]),
+        ("rows processed", str(described["rows_processed"])),
+        ("last processed commit", described["last_processed_commit_timestamp"] or "-"),
+        ("cdc start", described["cdc_start_timestamp"] or "-"),
+        ("lag", "-" if lag is None else f"{lag:.1f}s"),
+    ):
+        summary.add_row(label, value)
+    objects = Table("object", "table", "backfill", "rows")
+    for entry in described["objects"]:
+        objects.add_row(entry["object"], entry["table"] or "-", entry["status"], str(entry["rows"]))
+    _print(summary)
+    _print(objects)
+
+
+def _verb(verb: str, summary: str) -> click.Command:
+    @click.command(name=verb, help=summary)
+    @click.argument("name")
+    @click.option("--db", "db_path", required=True, metavar="PATH_OR_URL", help=_DB_HELP)
+    def command(name: str, db_path: str) -> None:
+        with open_database(db_path) as db:
+            state = StreamCatalog(db).transition(name, verb)
+        click.echo(f"stream {name} is now {state.value}")
+
+    return command
+
+
+streams.add_command(
+    _verb(
+        "start",
+        "Start stream NAME (Not started or Paused -> Starting); `changestream pipeline run` "
+        "then backfills and streams it.",
+    )
+)
+streams.add_command(_verb("pause", "Pause stream NAME (Starting, Running or Failed -> Paused)."))
+streams.add_command(
+    _verb("resume", "Resume stream NAME (Paused or Failed -> Starting), where it stopped.")
+)
+streams.add_command(
+    _verb(
+        "drain",
+        "Drain stream NAME (Running -> Draining): the pipeline finishes what it has read, "
+        "then pauses the stream.",
+    )
+)
+
+
+@streams.command()
+@click.argument("name")
+@click.option("--db", "db_path", required=True, metavar="PATH_OR_URL", help=_DB_HELP)
+def delete(name: str, db_path: str) -> None:
+    """Delete stream NAME with its progress and errors (when Not started, Paused, Failed or
+    Failed permanently). Event files and replicas are left in place."""
+    with open_database(db_path) as db:
+        StreamCatalog(db).delete(name)
+    click.echo(f"deleted stream {name}")
+
+
+@streams.command()
+@click.argument("name")
+@click.option("--db", "db_path", required=True, metavar="PATH_OR_URL", help=_DB_HELP)
+@click.option(
+    "--limit",
+    default=100,
+    show_default=True,
+    type=click.IntRange(1, 10_000),
+    help="Show at most this many of the latest errors.",
+)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per error.")
+def errors(name: str, db_path: str, limit: int, as_json: bool) -> None:
+    """Show the errors of stream NAME, oldest first (FetchStreamErrors): time, object,
+    message, and whether the pipeline retries it."""
+    with open_database(db_path) as db:
+        found = StreamCatalog(db).errors(name, limit)
+    if as_json:
+        for error in found:
+            click.echo(json_line(error.to_dict()))
+        return
+    table = Table("time", "object", "retriable", "message")
+    for error in found:
+        table.add_row(
+            format_ts(error.time),
+            error.object or "-",
+            "yes" if error.retriable else "no",
+            error.message,
+        )
+    _print(table)
+
+
+@click.command(name="discover")
+@click.argument("path_or_url")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per object (table).")
+def discover_command(path_or_url: str, as_json: bool) -> None:
+    """List the objects of the database at PATH_OR_URL: schema, table, object name,
+    columns with their types, nullability and positions, and primary keys in key order."""
+    with open_database(path_or_url) as db:
+        found = discover(db)
+    if as_json:
+        for obj in found:
+            click.echo(json_line(obj.to_dict()))
+        return
+    for obj in found:
+        table = Table(
+            "#",
+            "column",
+            "type",
+            "nullable",
+            "key",
+            title=f"{obj.object_name}  ({obj.schema}.{obj.table}, primary key "
+            f"{', '.join(obj.primary_keys)})",
+            title_justify="left",
+        )
+        for column in obj.columns:
+            key = str(obj.primary_keys.index(column.name) + 1) if column.is_primary_key else ""
+            table.add_row(
+                str(column.ordinal_position),
+                column.name,
+                column.type,
+                "yes" if column.nullable else "no",
+                key,
+            )
+        _print(table)

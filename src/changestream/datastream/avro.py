@@ -1,0 +1,256 @@
+"""Avro form of events: one schema per object (table definition), records for fastavro.
+
+The schema is a record ``Event`` with the generic metadata, a ``SourceMetadata`` record and a
+``Payload`` record whose fields are the table's columns in ordinal order, so a column's value is
+found by its index as the seed describes. Every payload field is a ``["null", T]`` union:
+
+======================  ==============================================================
+column type             Avro type
+======================  ==============================================================
+BOOL / INT64 / FLOAT64  boolean / long / double
+STRING / BYTES          string / bytes
+DATE                    int, logicalType date
+TIMESTAMP               long, logicalType timestamp-micros
+NUMERIC                 string (plain decimal text: lossless at any precision and scale,
+                        which a fixed Avro decimal(p, s) is not)
+JSON                    string (the JSON text, keys sorted)
+ARRAY<T>                array of ["null", T]
+======================  ==============================================================
+
+``read_timestamp`` and ``source_timestamp`` are timestamp-millis longs, ``sort_keys`` is
+``{"type": "array", "items": ["string", "long"]}`` and ``source_metadata.commit_timestamp`` is
+timestamp-micros. Avro names allow only ``[A-Za-z_][A-Za-z0-9_]*``, so a payload field name is
+the column name with other characters replaced by ``_``; each field also carries the real name
+(``sqlName``) and type (``sqlType``), which :func:`event_dict` uses to rebuild the JSON form.
+"""
+
+from __future__ import annotations
+
+import decimal
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, cast
+
+import fastavro
+import orjson
+
+from changestream.clock import parse_ts
+from changestream.datastream.events import Codec, Event, json_encoder, micros_text, millis_text
+from changestream.ddl.schema import Table
+from changestream.types import ColumnType
+
+_SCALAR_TYPES: dict[str, Any] = {
+    "BOOL": "boolean",
+    "INT64": "long",
+    "FLOAT64": "double",
+    "NUMERIC": "string",
+    "STRING": "string",
+    "BYTES": "bytes",
+    "DATE": {"type": "int", "logicalType": "date"},
+    "TIMESTAMP": {"type": "long", "logicalType": "timestamp-micros"},
+    "JSON": "string",
+}
+_INVALID_NAME_CHARS = re.compile(r"[^A-Za-z0-9_]")
+_MILLIS = {"type": "long", "logicalType": "timestamp-millis"}
+
+
+def avro_type(ctype: ColumnType) -> Any:
+    """The (non-null) Avro type of a column type."""
+    if ctype.code == "ARRAY":
+        assert ctype.element is not None
+        return {"type": "array", "items": ["null", avro_type(ctype.element)]}
+    return _SCALAR_TYPES[ctype.code]
+
+
+def _field_names(table: Table) -> list[str]:
+    names: list[str] = []
+    for column in table.columns:
+        name = _INVALID_NAME_CHARS.sub("_", column.name)
+        if not name or name[0].isdigit():
+            name = "_" + name
+        while name in names:
+            name += "_"
+        names.append(name)
+    return names
+
+
+def avro_schema(table: Table) -> dict[str, Any]:
+    """The Avro schema of the events of one table definition."""
+    payload_fields = [
+        {
+            "name": field_name,
+            "type": ["null", avro_type(column.type)],
+            "default": None,
+            "sqlName": column.name,
+            "sqlType": column.type.to_catalog(),
+        }
+        for field_name, column in zip(_field_names(table), table.columns, strict=True)
+    ]
+    return {
+        "type": "record",
+        "name": "Event",
+        "namespace": "changestream.datastream",
+        "fields": [
+            {"name": "stream_name", "type": "string"},
+            {"name": "read_method", "type": "string"},
+            {"name": "object", "type": "string"},
+            {"name": "schema_key", "type": "string"},
+            {"name": "uuid", "type": "string"},
+            {"name": "read_timestamp", "type": _MILLIS},
+            {"name": "source_timestamp", "type": _MILLIS},
+            {"name": "sort_keys", "type": {"type": "array", "items": ["string", "long"]}},
+            {
+                "name": "source_metadata",
+                "type": {
+                    "type": "record",
+                    "name": "SourceMetadata",
+                    "fields": [
+                        {"name": "database", "type": "string"},
+                        {"name": "table", "type": "string"},
+                        {"name": "is_deleted", "type": "boolean"},
+                        {"name": "change_type", "type": "string"},
+                        {"name": "tx_id", "type": ["null", "string"]},
+                        {
+                            "name": "commit_timestamp",
+                            "type": ["null", {"type": "long", "logicalType": "timestamp-micros"}],
+                        },
+                        {"name": "record_sequence", "type": ["null", "string"]},
+                        {"name": "mod_index", "type": ["null", "long"]},
+                        {"name": "primary_keys", "type": {"type": "array", "items": "string"}},
+                    ],
+                },
+            },
+            {
+                "name": "payload",
+                "type": {"type": "record", "name": "Payload", "fields": payload_fields},
+            },
+        ],
+    }
+
+
+def _nullable(codec: Codec) -> Codec:
+    return lambda value: None if value is None else codec(value)
+
+
+def _identity(value: Any) -> Any:
+    return value
+
+
+def _encoder(ctype: ColumnType) -> Codec:
+    """Python value → what fastavro writes for the column's Avro type."""
+    if ctype.code == "ARRAY":
+        assert ctype.element is not None
+        element = _encoder(ctype.element)
+        return _nullable(lambda items: [element(item) for item in items])
+    if ctype.code == "NUMERIC":
+        return _nullable(lambda value: format(value, "f"))
+    if ctype.code == "JSON":
+        return _nullable(lambda value: orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode())
+    # fastavro takes date and aware datetime values for the date/timestamp logical types.
+    return _identity
+
+
+def _decoder(ctype: ColumnType) -> Codec:
+    """What fastavro reads for the column's Avro type → Python value."""
+    if ctype.code == "ARRAY":
+        assert ctype.element is not None
+        element = _decoder(ctype.element)
+        return _nullable(lambda items: [element(item) for item in items])
+    if ctype.code == "NUMERIC":
+        return _nullable(decimal.Decimal)
+    if ctype.code == "JSON":
+        return _nullable(orjson.loads)
+    return _identity
+
+
+@dataclass(frozen=True, slots=True)
+class AvroPlan:
+    """A table's parsed Avro schema and the payload field names and encoders in column order."""
+
+    schema: dict[str, Any]
+    fields: tuple[tuple[str, str, Codec], ...]  # (column name, Avro field name, encoder)
+
+
+# By schema key, for the reason given at changestream.datastream.events.plan_of.
+_PLANS: dict[str, AvroPlan] = {}
+
+
+def avro_plan_of(event: Event) -> AvroPlan:
+    """The :class:`AvroPlan` of an event's table."""
+    plan = _PLANS.get(event.schema_key)
+    if plan is None:
+        plan = _PLANS.setdefault(event.schema_key, avro_plan(event.table))
+    return plan
+
+
+def avro_plan(table: Table) -> AvroPlan:
+    """The :class:`AvroPlan` of a table definition."""
+    return AvroPlan(
+        schema=cast(dict[str, Any], fastavro.parse_schema(avro_schema(table))),
+        fields=tuple(
+            (column.name, field_name, _encoder(column.type))
+            for field_name, column in zip(_field_names(table), table.columns, strict=True)
+        ),
+    )
+
+
+def avro_record(event: Event) -> dict[str, Any]:
+    """The event as a record of :func:`avro_schema` of its table."""
+    meta = event.source_metadata
+    payload = event.payload
+    return {
+        "stream_name": event.stream_name,
+        "read_method": event.read_method,
+        "object": event.object,
+        "schema_key": event.schema_key,
+        "uuid": event.uuid,
+        "read_timestamp": event.read_timestamp // 1000,
+        "source_timestamp": event.source_timestamp // 1000,
+        "sort_keys": list(event.sort_keys),
+        "source_metadata": {
+            "database": meta.database,
+            "table": meta.table,
+            "is_deleted": meta.is_deleted,
+            "change_type": meta.change_type,
+            "tx_id": meta.tx_id,
+            "commit_timestamp": meta.commit_timestamp,
+            "record_sequence": meta.record_sequence,
+            "mod_index": meta.mod_index,
+            "primary_keys": list(meta.primary_keys),
+        },
+        "payload": {
+            field_name: encode(payload[name])
+            for name, field_name, encode in avro_plan_of(event).fields
+        },
+    }
+
+
+def payload_converter(writer_schema: dict[str, Any]) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """A function turning a read Avro payload into the event JSON payload (real column names)."""
+    fields = next(f for f in writer_schema["fields"] if f["name"] == "payload")["type"]["fields"]
+    plan: list[tuple[str, str, Codec, Codec]] = []
+    for field in fields:
+        ctype = ColumnType.from_json(field["sqlType"])
+        plan.append((field["sqlName"], field["name"], _decoder(ctype), json_encoder(ctype)))
+
+    def convert(payload: dict[str, Any]) -> dict[str, Any]:
+        return {name: to_json(decode(payload[key])) for name, key, decode, to_json in plan}
+
+    return convert
+
+
+def event_dict(
+    record: dict[str, Any], convert_payload: Callable[[dict[str, Any]], dict[str, Any]]
+) -> dict[str, Any]:
+    """A record read by fastavro in the JSON form of :meth:`Event.to_json_dict`."""
+    meta = dict(record["source_metadata"])
+    if meta["commit_timestamp"] is not None:
+        meta["commit_timestamp"] = micros_text(parse_ts(meta["commit_timestamp"]))
+    return {
+        **record,
+        "read_timestamp": millis_text(parse_ts(record["read_timestamp"])),
+        "source_timestamp": millis_text(parse_ts(record["source_timestamp"])),
+        "source_metadata": meta,
+        "payload": convert_payload(record["payload"]),
+    }

@@ -1,0 +1,211 @@
+"""Stream definitions: a source (database and change stream, with the objects to include), a
+destination, and how events are written; validated on their own and against the source."""
+
+from __future__ import annotations
+
+import os
+import re
+import urllib.parse
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from changestream.ddl.schema import ChangeStream, Table
+from changestream.errors import FailedPrecondition, InvalidArgument, NotFound
+from changestream.streams.interface import Database
+
+NAME_PATTERN = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,62}")
+FORMATS = ("json", "avro")
+BACKFILL_MODES = ("automatic", "none")
+#: Value capture types whose data change records carry the whole new row, as events must.
+ACCEPTED_CAPTURE_TYPES = ("NEW_ROW_AND_OLD_VALUES", "NEW_ROW")
+
+
+def schema_name(database: str) -> str:
+    """The schema of a source's objects: the database's name, that is the file name without
+    its extension for a path, the last path segment of a URL, ``"memory"`` for ``":memory:"``."""
+    if database == ":memory:":
+        return "memory"
+    if database.startswith(("http://", "https://")):
+        name = urllib.parse.unquote(urllib.parse.urlsplit(database).path.rstrip("/"))
+        name = name.rpartition("/")[2]
+        if not name:
+            raise InvalidArgument(
+                f"the database URL {database!r} names no database; add its name "
+                "(http://host:port/NAME) so object names do not depend on the server"
+            )
+        return name
+    name = os.path.splitext(os.path.basename(database.rstrip("/\\")))[0]
+    if not name:
+        raise InvalidArgument(f"the database path {database!r} names no file")
+    return name
+
+
+def object_name(schema: str, table: str) -> str:
+    """The name of a table's object in events and destination paths: ``<schema>_<table>``."""
+    return f"{schema}_{table}"
+
+
+def _names(value: Iterable[str] | str, what: str) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [part.strip() for part in value.split(",") if part.strip()]
+    names = tuple(value)
+    for name in names:
+        if not isinstance(name, str) or not name:
+            raise InvalidArgument(f"{what} must be table names, got {name!r}")
+    return names
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StreamDefinition:
+    """What a stream reads and where it writes.
+
+    ``database`` is the source as given (a path or URL; the pipeline opens it). ``include``
+    names the tables to stream (empty: every table the change stream watches, tables added
+    later included); ``exclude`` leaves tables out. ``destination`` is the directory event
+    files go to, in ``format`` (``json`` or ``avro``); ``replica`` an optional directory of
+    Delta Lake tables. ``backfill="automatic"`` emits every existing row before the changes,
+    ``"none"`` only the changes. ``created_at`` (µs) is set by the catalog.
+    """
+
+    name: str
+    database: str
+    change_stream: str
+    include: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    destination: str
+    format: str = "json"
+    replica: str | None = None
+    backfill: str = "automatic"
+    created_at: int = 0
+
+    def __post_init__(self) -> None:
+        # Lists and "T1,T2" text are accepted for convenience; the stored form is tuples.
+        object.__setattr__(self, "include", _names(self.include, "include"))
+        object.__setattr__(self, "exclude", _names(self.exclude, "exclude"))
+        if not isinstance(self.name, str) or not NAME_PATTERN.fullmatch(self.name):
+            raise InvalidArgument(
+                "a stream name is 1 to 63 letters, digits, '_' or '-', starting with a letter; "
+                f"got {self.name!r}"
+            )
+        for label in ("database", "change_stream", "destination"):
+            value = getattr(self, label)
+            if not isinstance(value, str) or not value.strip():
+                raise InvalidArgument(f"stream {self.name!r} needs a {label}, got {value!r}")
+        if self.format not in FORMATS:
+            raise InvalidArgument(
+                f"format must be one of {', '.join(FORMATS)}, got {self.format!r}"
+            )
+        if self.backfill not in BACKFILL_MODES:
+            raise InvalidArgument(
+                f"backfill must be one of {', '.join(BACKFILL_MODES)}, got {self.backfill!r}"
+            )
+        if self.replica is not None and (not isinstance(self.replica, str) or not self.replica):
+            raise InvalidArgument(f"replica must be a directory or None, got {self.replica!r}")
+        if self.replica is not None and _same_dir(self.replica, self.destination):
+            raise InvalidArgument(
+                "replica and destination must be different directories (event files and "
+                f"Delta tables would mix), both are {self.destination!r}"
+            )
+        both = sorted(set(self.include) & set(self.exclude))
+        if both:
+            raise InvalidArgument(
+                f"table(s) {', '.join(both)} are both included and excluded; name each in one"
+            )
+        schema_name(self.database)
+
+    @property
+    def schema(self) -> str:
+        """The schema of this stream's objects (see :func:`schema_name`)."""
+        return schema_name(self.database)
+
+    def object_name(self, table: str) -> str:
+        """The object name of ``table``: ``<schema>_<table>``."""
+        return object_name(self.schema, table)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The definition as JSON (tuples as lists)."""
+        data = asdict(self)
+        data["include"] = list(self.include)
+        data["exclude"] = list(self.exclude)
+        return data
+
+    @staticmethod
+    def from_dict(data: Mapping[str, Any]) -> StreamDefinition:
+        """The definition :meth:`to_dict` gave."""
+        return StreamDefinition(**data)
+
+    def validate(self, db: Database) -> list[Table]:
+        """Check the definition against the source ``db``; returns the tables it streams now.
+
+        The change stream must exist and give whole new rows; every included and excluded
+        table must exist, and included ones must be watched, with all their columns."""
+        return self._resolve(db, strict=True)
+
+    def tables(self, db: Database) -> list[Table]:
+        """The tables the stream streams now, by name: those the change stream watches (all of
+        them, with a FOR ALL stream), with ``include`` / ``exclude`` applied. Included tables
+        that are gone are skipped; the change stream must still exist."""
+        return self._resolve(db, strict=False)
+
+    def _change_stream(self, db: Database) -> ChangeStream:
+        streams = {s.name: s for s in db.change_streams()}
+        found = streams.get(self.change_stream)
+        if found is None:
+            known = ", ".join(sorted(streams)) or "none"
+            raise NotFound(
+                f"stream {self.name!r}: change stream {self.change_stream!r} does not exist "
+                f"(change streams: {known})"
+            )
+        return found
+
+    def _resolve(self, db: Database, strict: bool) -> list[Table]:
+        change_stream = self._change_stream(db)
+        capture = change_stream.value_capture_type
+        if strict and capture not in ACCEPTED_CAPTURE_TYPES:
+            raise FailedPrecondition(
+                f"stream {self.name!r}: change stream {change_stream.name!r} captures "
+                f"{capture}, which gives only the changed columns, but events carry the whole "
+                f"row; use NEW_ROW_AND_OLD_VALUES (deletes carry the last row) or NEW_ROW "
+                f"(deletes carry only the keys): ALTER CHANGE STREAM {change_stream.name} "
+                "SET OPTIONS (value_capture_type = 'NEW_ROW_AND_OLD_VALUES')"
+            )
+        tables = {t.name: t for t in db.tables()}
+        if strict:
+            for name in (*self.include, *self.exclude):
+                if name not in tables:
+                    known = ", ".join(sorted(tables)) or "none"
+                    raise NotFound(
+                        f"stream {self.name!r}: table {name!r} does not exist (tables: {known})"
+                    )
+        watched = [n for n in sorted(tables) if change_stream.target_for(n) is not None]
+        if strict:
+            for name in self.include:
+                if name not in watched:
+                    raise FailedPrecondition(
+                        f"stream {self.name!r}: change stream {change_stream.name!r} does not "
+                        f"watch table {name!r} (it watches: {', '.join(watched) or 'none'})"
+                    )
+        chosen = [
+            n for n in watched if (not self.include or n in self.include) and n not in self.exclude
+        ]
+        if strict:
+            for name in chosen:
+                target = change_stream.target_for(name)
+                assert target is not None
+                if target.columns is not None:
+                    raise FailedPrecondition(
+                        f"stream {self.name!r}: change stream {change_stream.name!r} watches "
+                        f"only some columns of {name!r}, but events carry the whole row; "
+                        f"watch it whole (FOR {name}) or exclude it"
+                    )
+            if not chosen and not change_stream.for_all:
+                raise FailedPrecondition(
+                    f"stream {self.name!r} would stream no table: change stream "
+                    f"{change_stream.name!r} watches {', '.join(watched) or 'none'}"
+                )
+        return [tables[n] for n in chosen]
+
+
+def _same_dir(a: str, b: str) -> bool:
+    return os.path.normpath(os.path.abspath(a)) == os.path.normpath(os.path.abspath(b))

@@ -1,0 +1,445 @@
+"""The Datastream event envelope: one event per changed row, from CDC mods or backfill rows.
+
+An :class:`Event` holds the seed's generic metadata (``stream_name``, ``read_method``, ``object``,
+``schema_key``, ``uuid``, ``read_timestamp``, ``source_timestamp``, ``sort_keys``), this source's
+``source_metadata`` and the whole row as ``payload``. In memory, timestamps are integer
+microseconds and payload values are the Python values ``Database.read`` returns (``int``,
+``float``, ``Decimal``, ``bytes``, ``date``, aware UTC ``datetime``, parsed JSON, lists);
+:meth:`Event.to_json_dict` gives the JSON form written to ``.jsonl`` files.
+
+``sort_keys`` is ``[source_timestamp_us, rank, record_sequence, mod_index]``, all longs:
+
+- ``source_timestamp_us``: the commit timestamp (CDC) or the snapshot timestamp (backfill);
+- ``rank``: 0 for backfill, 1 for CDC, so a backfill row sorts before a CDC change committed at
+  the snapshot timestamp itself (re-applying that change is harmless: it carries the whole row);
+- ``record_sequence``: the record's place in its transaction (0 for backfill);
+- ``mod_index``: the mod's place in its record (0 for backfill).
+
+Commit timestamps are unique per transaction, so these four numbers order every event of a row.
+
+``uuid`` is a UUID 5 of what identifies the change — (stream, object, commit timestamp,
+transaction id, record sequence, mod index) for CDC, (stream, object, primary key, snapshot
+timestamp) for backfill — so an event re-emitted after a crash has the same uuid.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import decimal
+import functools
+import hashlib
+import math
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import orjson
+
+from changestream.clock import parse_ts, to_datetime
+from changestream.ddl.schema import Table
+from changestream.errors import InvalidArgument
+from changestream.types import ColumnType
+
+CDC_READ_METHOD: Final = "changestream-cdc"
+BACKFILL_READ_METHOD: Final = "changestream-backfill"
+CHANGE_TYPES: Final = ("INSERT", "UPDATE", "DELETE")
+#: ``sort_keys[1]`` of backfill and CDC events.
+BACKFILL_RANK: Final = 0
+CDC_RANK: Final = 1
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+# Fixed so uuids stay the same across processes and releases.
+_UUID_NAMESPACE_BYTES = uuid.UUID("6b19f7f1-b143-460a-aabc-117f902a791b").bytes
+
+Codec = Callable[[Any], Any]
+
+
+@dataclass(frozen=True, slots=True)
+class CdcMod:
+    """One mod of a data change record, with the record fields an event needs.
+
+    ``keys``, ``new_values`` and ``old_values`` are in the change records' JSON encoding.
+    """
+
+    commit_timestamp: int
+    server_transaction_id: str
+    record_sequence: str
+    mod_index: int
+    mod_type: str
+    keys: Mapping[str, Any]
+    new_values: Mapping[str, Any]
+    old_values: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class SourceMetadata:
+    """The source-specific metadata; the CDC-only fields are None for backfill events."""
+
+    database: str
+    table: str
+    is_deleted: bool
+    change_type: str
+    tx_id: str | None
+    commit_timestamp: int | None
+    record_sequence: str | None
+    mod_index: int | None
+    primary_keys: tuple[str, ...]
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """The JSON form (``commit_timestamp`` as RFC 3339 with microseconds)."""
+        return {
+            "database": self.database,
+            "table": self.table,
+            "is_deleted": self.is_deleted,
+            "change_type": self.change_type,
+            "tx_id": self.tx_id,
+            "commit_timestamp": (
+                None if self.commit_timestamp is None else micros_text(self.commit_timestamp)
+            ),
+            "record_sequence": self.record_sequence,
+            "mod_index": self.mod_index,
+            "primary_keys": list(self.primary_keys),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One changed row in the seed's envelope (timestamps in microseconds).
+
+    ``table`` is the definition the payload follows; it is not part of the event's data, but
+    lets writers derive per-object schemas (Avro, Delta) without another lookup.
+    """
+
+    stream_name: str
+    read_method: str
+    object: str
+    schema_key: str
+    uuid: str
+    read_timestamp: int
+    source_timestamp: int
+    sort_keys: tuple[int, int, int, int]
+    source_metadata: SourceMetadata
+    payload: dict[str, Any]
+    table: Table = field(repr=False, compare=False)
+
+    @property
+    def is_deleted(self) -> bool:
+        return self.source_metadata.is_deleted
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """The event as the seed's JSON object."""
+        plan = plan_of(self)
+        payload = self.payload
+        return {
+            "stream_name": self.stream_name,
+            "read_method": self.read_method,
+            "object": self.object,
+            "schema_key": self.schema_key,
+            "uuid": self.uuid,
+            "read_timestamp": millis_text(self.read_timestamp),
+            "source_timestamp": millis_text(self.source_timestamp),
+            "sort_keys": list(self.sort_keys),
+            "source_metadata": self.source_metadata.to_json_dict(),
+            "payload": {
+                name: encode(payload[name])
+                for name, encode in zip(plan.names, plan.json_encoders, strict=True)
+            },
+        }
+
+
+@functools.lru_cache(maxsize=4096)
+def _second_text(seconds: int) -> str:
+    # Cached because events of a batch share few distinct seconds, and strftime is slow (and
+    # does not zero-pad years below 1000).
+    m = _EPOCH + dt.timedelta(seconds=seconds)
+    return f"{m.year:04d}-{m.month:02d}-{m.day:02d}T{m.hour:02d}:{m.minute:02d}:{m.second:02d}"
+
+
+def micros_text(us: int) -> str:
+    """Microseconds as RFC 3339 with six fractional digits and ``Z``."""
+    seconds, fraction = divmod(us, 1_000_000)
+    return f"{_second_text(seconds)}.{fraction:06d}Z"
+
+
+def millis_text(us: int) -> str:
+    """Microseconds as RFC 3339 with milliseconds and ``Z`` (the seed's ``read_timestamp``)."""
+    seconds, fraction = divmod(us, 1_000_000)
+    return f"{_second_text(seconds)}.{fraction // 1000:03d}Z"
+
+
+def object_name(database: str, table: str) -> str:
+    """The event ``object`` of a table: ``<schema>_<table>``, the database being the schema."""
+    return f"{database}_{table}"
+
+
+def schema_key(table: Table) -> str:
+    """A stable hash of the table's column names and types and its primary key."""
+    return table_plan(table).schema_key
+
+
+def _nullable(codec: Codec) -> Codec:
+    return lambda value: None if value is None else codec(value)
+
+
+def _identity(value: Any) -> Any:
+    return value
+
+
+def _b64encode(value: bytes) -> str:
+    return base64.b64encode(value).decode("ascii")
+
+
+def _float_json(value: float) -> Any:
+    # JSON has no NaN or infinities; the change records spell them as strings.
+    if math.isfinite(value):
+        return value
+    return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+
+
+def _timestamp_json(value: dt.datetime) -> str:
+    return micros_text(parse_ts(value))
+
+
+def _json_text(value: Any) -> str:
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+
+
+def json_encoder(ctype: ColumnType) -> Codec:
+    """Python value (as ``Database.read`` returns it) → event JSON value; None stays None."""
+    code = ctype.code
+    if code in ("BOOL", "INT64", "STRING"):
+        return _identity
+    if code == "ARRAY":
+        assert ctype.element is not None
+        element = json_encoder(ctype.element)
+        return _nullable(lambda items: [element(item) for item in items])
+    scalar: dict[str, Codec] = {
+        "FLOAT64": _float_json,
+        "NUMERIC": lambda value: format(value, "f"),
+        "BYTES": _b64encode,
+        "DATE": dt.date.isoformat,
+        "TIMESTAMP": _timestamp_json,
+        "JSON": _json_text,
+    }
+    return _nullable(scalar[code])
+
+
+def record_decoder(ctype: ColumnType) -> Codec:
+    """Change-record JSON value → Python value (as ``Database.read`` returns it)."""
+    code = ctype.code
+    if code in ("BOOL", "STRING", "JSON"):
+        return _identity
+    if code == "ARRAY":
+        assert ctype.element is not None
+        element = record_decoder(ctype.element)
+        return _nullable(lambda items: [element(item) for item in items])
+    scalar: dict[str, Codec] = {
+        "INT64": int,  # records may carry INT64 as a decimal string
+        "FLOAT64": float,  # also parses "NaN", "Infinity", "-Infinity"
+        "NUMERIC": decimal.Decimal,
+        "BYTES": base64.b64decode,
+        "DATE": dt.date.fromisoformat,
+        "TIMESTAMP": lambda text: to_datetime(parse_ts(text)),
+    }
+    return _nullable(scalar[code])
+
+
+@dataclass(frozen=True, slots=True)
+class TablePlan:
+    """Per-table facts computed once: column names, codecs and the schema key."""
+
+    names: tuple[str, ...]
+    non_key: frozenset[str]
+    json_encoders: tuple[Codec, ...]
+    decoders: Mapping[str, Codec]
+    key_encoders: tuple[Codec, ...]
+    schema_key: str
+
+
+# Plans by schema key: equal keys mean equal column names, types and primary key, so equal
+# plans. Looking up an event's plan by its (cached-hash) string is much cheaper than hashing
+# its Table, which matters once per event when writing files.
+_PLANS: dict[str, TablePlan] = {}
+
+
+def plan_of(event: Event) -> TablePlan:
+    """The :class:`TablePlan` of an event's table."""
+    return _PLANS.get(event.schema_key) or table_plan(event.table)
+
+
+@functools.lru_cache(maxsize=256)
+def table_plan(table: Table) -> TablePlan:
+    """The cached :class:`TablePlan` of a table definition."""
+    shape = {
+        "columns": [[c.name, str(c.type)] for c in table.columns],
+        "primary_key": list(table.primary_key),
+    }
+    plan = TablePlan(
+        names=tuple(c.name for c in table.columns),
+        non_key=frozenset(c.name for c in table.non_key_columns),
+        json_encoders=tuple(json_encoder(c.type) for c in table.columns),
+        decoders={c.name: record_decoder(c.type) for c in table.columns},
+        key_encoders=tuple(json_encoder(c.type) for c in table.key_columns),
+        schema_key=hashlib.sha256(orjson.dumps(shape)).hexdigest()[:32],
+    )
+    _PLANS.setdefault(plan.schema_key, plan)
+    return plan
+
+
+def _uuid(*parts: Any) -> str:
+    """``str(uuid.uuid5(namespace, json(parts)))``, spelled out: the stdlib's is several times
+    slower, and this runs once per event."""
+    digest = bytearray(hashlib.sha1(_UUID_NAMESPACE_BYTES + orjson.dumps(parts)).digest()[:16])
+    digest[6] = (digest[6] & 0x0F) | 0x50  # version 5
+    digest[8] = (digest[8] & 0x3F) | 0x80  # RFC 4122 variant
+    h = digest.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def _decode_row(
+    plan: TablePlan, table: Table, values: Iterable[Mapping[str, Any]]
+) -> dict[str, Any]:
+    row: dict[str, Any] = dict.fromkeys(plan.names)
+    for part in values:
+        for name, value in part.items():
+            decode = plan.decoders.get(name)
+            if decode is None:
+                raise InvalidArgument(
+                    f"column {name!r} is not in table {table.name!r} "
+                    f"(columns: {', '.join(plan.names)})"
+                )
+            try:
+                row[name] = decode(value)
+            except (ValueError, TypeError, ArithmeticError) as exc:
+                column = table.column(name)
+                assert column is not None
+                raise InvalidArgument(
+                    f"column {name!r} of type {column.type} in table {table.name!r} cannot "
+                    f"hold the change-record value {value!r}"
+                ) from exc
+    return row
+
+
+def cdc_events(
+    stream_name: str,
+    database: str,
+    table: Table,
+    mods: Iterable[CdcMod],
+    read_timestamp_us: int,
+) -> list[Event]:
+    """Events of data change record mods of ``table``, in the order given.
+
+    The change stream must capture whole rows (``NEW_ROW`` or ``NEW_ROW_AND_OLD_VALUES``): an
+    INSERT or UPDATE payload is the keys plus the new values; a DELETE payload is the keys plus
+    the old values, which are empty under ``NEW_ROW`` (the other columns are then null).
+    """
+    plan = table_plan(table)
+    obj = object_name(database, table.name)
+    events: list[Event] = []
+    for mod in mods:
+        if mod.mod_type not in CHANGE_TYPES:
+            raise InvalidArgument(
+                f"mod_type must be one of {', '.join(CHANGE_TYPES)}, got {mod.mod_type!r}"
+            )
+        deleted = mod.mod_type == "DELETE"
+        if deleted:
+            row = _decode_row(plan, table, (mod.keys, mod.old_values))
+        else:
+            missing = plan.non_key.difference(mod.new_values)
+            if missing:
+                raise InvalidArgument(
+                    f"{mod.mod_type} of table {table.name!r} lacks columns "
+                    f"{', '.join(sorted(missing))}: the change stream must capture whole rows "
+                    "(value_capture_type NEW_ROW or NEW_ROW_AND_OLD_VALUES) and track every column"
+                )
+            row = _decode_row(plan, table, (mod.keys, mod.new_values))
+        ts = mod.commit_timestamp
+        events.append(
+            Event(
+                stream_name=stream_name,
+                read_method=CDC_READ_METHOD,
+                object=obj,
+                schema_key=plan.schema_key,
+                uuid=_uuid(
+                    "cdc",
+                    stream_name,
+                    obj,
+                    ts,
+                    mod.server_transaction_id,
+                    mod.record_sequence,
+                    mod.mod_index,
+                ),
+                read_timestamp=read_timestamp_us,
+                source_timestamp=ts,
+                sort_keys=(ts, CDC_RANK, int(mod.record_sequence), mod.mod_index),
+                source_metadata=SourceMetadata(
+                    database=database,
+                    table=table.name,
+                    is_deleted=deleted,
+                    change_type=mod.mod_type,
+                    tx_id=mod.server_transaction_id,
+                    commit_timestamp=ts,
+                    record_sequence=mod.record_sequence,
+                    mod_index=mod.mod_index,
+                    primary_keys=table.primary_key,
+                ),
+                payload=row,
+                table=table,
+            )
+        )
+    return events
+
+
+def backfill_events(
+    stream_name: str,
+    database: str,
+    table: Table,
+    rows: Iterable[tuple[Any, ...]],
+    snapshot_timestamp_us: int,
+    read_timestamp_us: int,
+) -> list[Event]:
+    """INSERT events of rows read from a snapshot at ``snapshot_timestamp_us``.
+
+    ``rows`` hold every column in ``table.columns`` order, as ``Database.read`` returns them.
+    """
+    plan = table_plan(table)
+    obj = object_name(database, table.name)
+    key_positions = [plan.names.index(name) for name in table.primary_key]
+    metadata = SourceMetadata(
+        database=database,
+        table=table.name,
+        is_deleted=False,
+        change_type="INSERT",
+        tx_id=None,
+        commit_timestamp=None,
+        record_sequence=None,
+        mod_index=None,
+        primary_keys=table.primary_key,
+    )
+    sort_keys = (snapshot_timestamp_us, BACKFILL_RANK, 0, 0)
+    events: list[Event] = []
+    for row in rows:
+        if len(row) != len(plan.names):
+            raise InvalidArgument(
+                f"a row of table {table.name!r} must have {len(plan.names)} values "
+                f"({', '.join(plan.names)}), got {len(row)}"
+            )
+        key = [encode(row[at]) for encode, at in zip(plan.key_encoders, key_positions, strict=True)]
+        events.append(
+            Event(
+                stream_name=stream_name,
+                read_method=BACKFILL_READ_METHOD,
+                object=obj,
+                schema_key=plan.schema_key,
+                uuid=_uuid("backfill", stream_name, obj, key, snapshot_timestamp_us),
+                read_timestamp=read_timestamp_us,
+                source_timestamp=snapshot_timestamp_us,
+                sort_keys=sort_keys,
+                source_metadata=metadata,
+                payload=dict(zip(plan.names, row, strict=True)),
+                table=table,
+            )
+        )
+    return events

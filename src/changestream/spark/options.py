@@ -1,0 +1,104 @@
+"""The options of the ``changestream`` Spark data source: parsed and checked at ``load()``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from changestream.clock import parse_ts
+from changestream.errors import InvalidArgument
+
+#: Canonical option names; Spark hands them over lower-cased.
+BATCH_ONLY = ("startTimestamp", "endTimestamp")
+STREAMING_ONLY = ("startingTimestamp", "maxRecordsPerTrigger", "heartbeatMilliseconds")
+COMMON = ("database", "path", "stream", "token", "rowPerMod", "maxPartitions")
+ALL_OPTIONS = COMMON + BATCH_ONLY + STREAMING_ONLY
+_CANONICAL = {name.lower(): name for name in ALL_OPTIONS}
+
+DEFAULT_MAX_PARTITIONS = 32
+DEFAULT_HEARTBEAT_MS = 1_000
+
+
+@dataclass(frozen=True, slots=True)
+class SourceOptions:
+    """Checked options: where to read (``database`` path or URL, ``stream``) and how."""
+
+    database: str
+    stream: str
+    token: str | None = None
+    row_per_mod: bool = False
+    max_partitions: int = DEFAULT_MAX_PARTITIONS
+    start_timestamp: int | None = None
+    end_timestamp: int | None = None
+    starting_timestamp: int | None = None
+    max_records_per_trigger: int | None = None
+    heartbeat_milliseconds: int = DEFAULT_HEARTBEAT_MS
+    given: frozenset[str] = frozenset()
+
+    def require_mode(self, streaming: bool) -> None:
+        """Refuse options of the other mode (a batch option on a stream, or the reverse)."""
+        wrong = STREAMING_ONLY if not streaming else BATCH_ONLY
+        mode = "a streaming read (readStream)" if streaming else "a batch read (read)"
+        other = BATCH_ONLY if not streaming else STREAMING_ONLY
+        for name in wrong:
+            if name in self.given:
+                raise InvalidArgument(
+                    f"option {name!r} does not apply to {mode}; use {', '.join(other)} instead"
+                )
+
+
+def parse_options(raw: Mapping[str, str]) -> SourceOptions:
+    """Check every option: names, required ones, and values."""
+    values: dict[str, str] = {}
+    for key, value in raw.items():
+        name = _CANONICAL.get(key.lower())
+        if name is None:
+            raise InvalidArgument(
+                f"unknown option {key!r} for format 'changestream'; allowed: "
+                + ", ".join(n for n in ALL_OPTIONS if n != "path")
+            )
+        values[name] = value
+    database = values.get("database") or values.get("path")
+    if not database:
+        raise InvalidArgument(
+            "option 'database' is required: the path of a database file or the URL of a "
+            "`changestream serve` server (http(s)://host:port/NAME)"
+        )
+    stream = values.get("stream")
+    if not stream:
+        raise InvalidArgument("option 'stream' is required: the name of a change stream")
+    return SourceOptions(
+        database=database,
+        stream=stream,
+        token=values.get("token"),
+        row_per_mod=_boolean(values, "rowPerMod"),
+        max_partitions=_positive(values, "maxPartitions") or DEFAULT_MAX_PARTITIONS,
+        start_timestamp=_timestamp(values, "startTimestamp"),
+        end_timestamp=_timestamp(values, "endTimestamp"),
+        starting_timestamp=_timestamp(values, "startingTimestamp"),
+        max_records_per_trigger=_positive(values, "maxRecordsPerTrigger"),
+        heartbeat_milliseconds=_positive(values, "heartbeatMilliseconds") or DEFAULT_HEARTBEAT_MS,
+        given=frozenset(values),
+    )
+
+
+def _boolean(values: Mapping[str, str], name: str) -> bool:
+    text = values.get(name, "false").strip().lower()
+    if text not in ("true", "false"):
+        raise InvalidArgument(f"option {name!r} must be true or false, got {values[name]!r}")
+    return text == "true"
+
+
+def _positive(values: Mapping[str, str], name: str) -> int | None:
+    if name not in values:
+        return None
+    text = values[name].strip()
+    if not text.isdigit() or int(text) <= 0:
+        raise InvalidArgument(f"option {name!r} must be a positive integer, got {values[name]!r}")
+    return int(text)
+
+
+def _timestamp(values: Mapping[str, str], name: str) -> int | None:
+    if name not in values:
+        return None
+    return parse_ts(values[name], f"option {name!r}")

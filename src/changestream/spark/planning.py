@@ -1,0 +1,117 @@
+"""Planning reads on the driver: which partition ranges a batch or micro-batch reads.
+
+Everything goes through the ``Database`` interface (embedded file or server), so a job reads
+a local file or a remote server alike.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Generator, Sequence
+
+from changestream.errors import OutOfRange
+from changestream.spark.frontier import (
+    Frontier,
+    LineageEntry,
+    ReadRange,
+    advance,
+    changed,
+    ranges,
+)
+from changestream.streams.interface import Database
+from changestream.streams.records import ChildPartitionsRecord, DataChangeRecord
+
+
+def live_tokens(db: Database, stream: str, at: int) -> list[str]:
+    """The partitions live at ``at``, by the read function's initial query (which returns
+    only once no commit at or below ``at`` can still appear)."""
+    tokens: list[str] = []
+    for record in db.read_change_stream(stream, at, at):
+        if isinstance(record, ChildPartitionsRecord):
+            tokens.extend(c.token for c in record.child_partitions)
+    return tokens
+
+
+def lineage(db: Database, stream: str) -> dict[str, LineageEntry]:
+    """Every partition of ``stream`` still within retention, by token."""
+    return {p.token: p for p in db.partition_history(stream)}
+
+
+def batch_ranges(db: Database, stream: str, start: int, end: int) -> list[ReadRange]:
+    """Every partition range holding records of ``stream`` committed in ``[start, end]``:
+    the partitions live at ``start`` and, following the lineage, their descendants."""
+    roots = live_tokens(db, stream, start)
+    history = lineage(db, stream)
+    out: list[ReadRange] = []
+    seen: set[str] = set()
+    frontier = list(roots)
+    while frontier:
+        token = frontier.pop()
+        if token in seen:
+            continue
+        seen.add(token)
+        entry = history.get(token)
+        if entry is None:
+            raise OutOfRange(f"partition {token!r} of {stream!r} left the retention window")
+        first = max(start, entry.start_timestamp)
+        if first > end:
+            continue
+        last = end if entry.end_timestamp is None else min(end, entry.end_timestamp - 1)
+        if first <= last:
+            out.append(ReadRange(token, first, last))
+        if entry.end_timestamp is not None and entry.end_timestamp <= end:
+            frontier.extend(entry.child_tokens)
+    return sorted(out, key=lambda r: (r.start, r.token))
+
+
+def group(reads: Sequence[ReadRange], groups: int) -> list[list[ReadRange]]:
+    """At most ``groups`` lists of ranges, round-robin so big and small mix."""
+    buckets: list[list[ReadRange]] = [[] for _ in range(min(groups, len(reads)))]
+    for index, read in enumerate(reads):
+        buckets[index % len(buckets)].append(read)
+    return buckets
+
+
+def read_records(
+    db: Database, stream: str, read: ReadRange
+) -> Generator[DataChangeRecord, None, None]:
+    """The data change records of one range, in commit order."""
+    for record in db.read_change_stream(stream, read.start, read.end, read.token):
+        if isinstance(record, DataChangeRecord):
+            yield record
+        elif isinstance(record, ChildPartitionsRecord):
+            return
+
+
+def next_frontier(
+    db: Database,
+    stream: str,
+    start: Frontier,
+    until: int,
+    max_records: int | None,
+    idle_advance_us: int,
+) -> Frontier:
+    """Where the next micro-batch ends: at ``until`` (which must be safe), or earlier so it
+    holds at most ``max_records`` records (one whole commit timestamp at least); ``start``
+    itself when nothing was committed, no partition ended, and the frontier moved less than
+    ``idle_advance_us`` ago."""
+    history = lineage(db, stream)
+    end = advance(start, history, until)
+    pending = ranges(start, end)
+    cap = 1 if max_records is None else max_records + 1
+    readers = [read_records(db, stream, read) for read in pending]
+    try:
+        merged = heapq.merge(*((r.commit_timestamp for r in reader) for reader in readers))
+        stamps = list(itertools.islice(merged, cap))
+    finally:
+        for reader in readers:
+            reader.close()
+    if max_records is not None and len(stamps) > max_records:
+        # Cut before the first record over the limit, keeping whole commit timestamps; an
+        # admitted child may hold records from before the frontier, which cannot move back.
+        cut = min(until, max(stamps[max_records] - 1, stamps[0], start.timestamp + 1))
+        end = advance(start, history, cut)
+    elif not stamps and not changed(start, end) and until - start.timestamp < idle_advance_us:
+        return start
+    return end

@@ -1,0 +1,275 @@
+"""Delta Lake replica of one source table, kept by one MERGE per micro-batch of events.
+
+The replica of ``<database>.<table>`` is the Delta table ``<root>/<database>_<table>`` with the
+source's columns (types from its DDL, see :func:`arrow_type`) and three bookkeeping columns:
+
+- ``_cs_sort_key``: the row's last applied ``sort_keys`` as fixed-width text (each of the four
+  numbers zero-padded to 19 digits, joined by ``-``), so text order is ``sort_keys`` order and
+  one string comparison in the MERGE tells a newer change from an older one;
+- ``_cs_uuid``: the uuid of that last applied event;
+- ``_cs_deleted``: true when that event was a DELETE.
+
+Deleted rows stay as tombstones (``_cs_deleted`` true) instead of being removed. A hard delete
+would forget the row's sort key, and then an older event arriving later — a replayed batch, or
+a backfill row read from a snapshot taken before a CDC delete that was applied first — would
+bring the row back. With the tombstone the MERGE sees that the older event is older and skips
+it, so applying any set of batches in any order, any number of times, gives the same table.
+Readers of the Delta table filter ``NOT _cs_deleted`` (:meth:`DeltaReplica.read_rows` does).
+
+This module does not import pyspark: the pipeline calls it from ``foreachBatch`` on the driver.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import functools
+import operator
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import DeltaTable
+from deltalake.exceptions import TableNotFoundError
+
+from changestream.datastream.events import Event, object_name, schema_key
+from changestream.ddl.schema import Table
+from changestream.errors import InvalidArgument
+from changestream.types import ColumnType, to_sqlite
+
+SORT_KEY_COLUMN: Final = "_cs_sort_key"
+UUID_COLUMN: Final = "_cs_uuid"
+DELETED_COLUMN: Final = "_cs_deleted"
+BOOKKEEPING_COLUMNS: Final = (SORT_KEY_COLUMN, UUID_COLUMN, DELETED_COLUMN)
+
+Codec = Callable[[Any], Any]
+
+_SCALAR_ARROW_TYPES: Final[dict[str, pa.DataType]] = {
+    "BOOL": pa.bool_(),
+    "INT64": pa.int64(),
+    "FLOAT64": pa.float64(),
+    # Plain decimal text: lossless at any precision and scale (decimal128(38, 9) is not), and
+    # the replica must equal the source value for value.
+    "NUMERIC": pa.string(),
+    "STRING": pa.string(),
+    "BYTES": pa.binary(),
+    "DATE": pa.date32(),
+    "TIMESTAMP": pa.timestamp("us", tz="UTC"),
+    "JSON": pa.string(),
+}
+
+
+def arrow_type(ctype: ColumnType) -> pa.DataType:
+    """The Arrow (and so Delta) type of a column type."""
+    if ctype.code == "ARRAY":
+        assert ctype.element is not None
+        return pa.list_(arrow_type(ctype.element))
+    return _SCALAR_ARROW_TYPES[ctype.code]
+
+
+def sort_key_text(sort_keys: Sequence[int]) -> str:
+    """``sort_keys`` as fixed-width text whose string order is the keys' order."""
+    if min(sort_keys) < 0:
+        raise InvalidArgument(f"sort_keys must not be negative, got {list(sort_keys)}")
+    return "{:019d}-{:019d}-{:019d}-{:019d}".format(*sort_keys)
+
+
+def _sort_key_texts(sort_keys: list[tuple[int, int, int, int]]) -> pa.Array:
+    """:func:`sort_key_text` of many sort keys, in Arrow (a Python loop costs more than the
+    MERGE for large batches)."""
+    parts = [pa.array(column, pa.int64()) for column in zip(*sort_keys, strict=True)]
+    if min(pc.min(part).as_py() for part in parts) < 0:
+        raise InvalidArgument("sort_keys must not be negative")
+    padded = [pc.utf8_lpad(pc.cast(part, pa.string()), 19, "0") for part in parts]
+    return pc.binary_join_element_wise(*padded, "-")
+
+
+def _nullable(codec: Codec) -> Codec:
+    return lambda value: None if value is None else codec(value)
+
+
+def _identity(value: Any) -> Any:
+    return value
+
+
+def _to_arrow(ctype: ColumnType) -> Codec:
+    """Python value (as ``Database.read`` returns it) → value pyarrow takes for the column."""
+    if ctype.code == "ARRAY":
+        assert ctype.element is not None
+        element = _to_arrow(ctype.element)
+        return _nullable(lambda items: [element(item) for item in items])
+    if ctype.code == "NUMERIC":
+        return _nullable(lambda value: format(value, "f"))
+    if ctype.code == "JSON":
+        return _nullable(lambda value: orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode())
+    return _identity
+
+
+def _from_arrow(ctype: ColumnType) -> Codec:
+    """Value pyarrow reads for the column → Python value as ``Database.read`` returns it."""
+    if ctype.code == "ARRAY":
+        assert ctype.element is not None
+        element = _from_arrow(ctype.element)
+        return _nullable(lambda items: [element(item) for item in items])
+    if ctype.code == "NUMERIC":
+        return _nullable(decimal.Decimal)
+    if ctype.code == "JSON":
+        return _nullable(orjson.loads)
+    if ctype.code == "TIMESTAMP":
+        # pyarrow answers with a zoneinfo UTC; the store uses datetime.UTC.
+        return _nullable(lambda value: value.astimezone(dt.UTC))
+    return _identity
+
+
+def _storage_order(ctype: ColumnType) -> Codec:
+    """A sort key giving SQLite's order of the column's stored values (NULL first)."""
+    return lambda value: (0,) if value is None else (1, to_sqlite(ctype, value))
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyStats:
+    """What one :meth:`DeltaReplica.apply` did.
+
+    ``rows`` is the number of distinct keys in the batch; ``inserted`` and ``updated`` count
+    rows the MERGE wrote (a delete of an existing row is an update to a tombstone), and
+    ``skipped`` the keys whose event was not newer than the replica's (replays, old events).
+    """
+
+    events: int
+    rows: int
+    inserted: int
+    updated: int
+    skipped: int
+    version: int | None
+
+
+@functools.lru_cache(maxsize=256)
+def _arrow_schema(table: Table) -> pa.Schema:
+    fields = [pa.field(c.name, arrow_type(c.type)) for c in table.columns]
+    fields += [
+        pa.field(SORT_KEY_COLUMN, pa.string(), nullable=False),
+        pa.field(UUID_COLUMN, pa.string(), nullable=False),
+        pa.field(DELETED_COLUMN, pa.bool_(), nullable=False),
+    ]
+    return pa.schema(fields)
+
+
+class DeltaReplica:
+    """The Delta Lake replica of one source table (see the module docstring)."""
+
+    def __init__(self, root: str | os.PathLike[str], database: str, table: Table) -> None:
+        self.table = table
+        self.object = object_name(database, table.name)
+        self.path = Path(root) / self.object
+        self.schema = _arrow_schema(table)
+        self._schema_key = schema_key(table)
+        self._to_arrow = [_to_arrow(c.type) for c in table.columns]
+        self._from_arrow = [_from_arrow(c.type) for c in table.columns]
+        self._order = [_storage_order(c.type) for c in table.key_columns]
+        # The key value (a scalar for a one-column key) identifying a row within one batch.
+        self._key_of = operator.itemgetter(*table.primary_key)
+        # Key columns may hold NULL (a key value like any other), so nullable ones compare
+        # with IS NOT DISTINCT FROM; each term is parenthesized because the SQL parser binds
+        # IS NOT DISTINCT FROM looser than AND.
+        self._predicate = " AND ".join(
+            f"(t.{_quote(c.name)} = s.{_quote(c.name)})"
+            if c.not_null
+            else f"(t.{_quote(c.name)} IS NOT DISTINCT FROM s.{_quote(c.name)})"
+            for c in table.key_columns
+        )
+
+    def ensure(self) -> DeltaTable:
+        """The Delta table, created empty with the replica schema if it does not exist yet."""
+        return DeltaTable.create(str(self.path), self.schema, mode="ignore")
+
+    def apply(self, events: Sequence[Event]) -> ApplyStats:
+        """Apply a batch of events of this table with one MERGE: per key, the event with the
+        highest ``sort_keys`` replaces the replica's row if it is newer than the row's."""
+        latest: dict[Any, Event] = {}
+        key_of = self._key_of
+        for event in events:
+            if event.object != self.object or event.schema_key != self._schema_key:
+                raise InvalidArgument(
+                    f"event {event.uuid} is for {event.object} (schema {event.schema_key}), "
+                    f"this replica holds {self.object} (schema {self._schema_key})"
+                )
+            key = key_of(event.payload)
+            seen = latest.get(key)
+            if seen is None or event.sort_keys >= seen.sort_keys:
+                latest[key] = event
+        if not latest:
+            return ApplyStats(len(events), 0, 0, 0, 0, None)
+        delta = self.ensure()
+        metrics = (
+            delta.merge(
+                self._source(list(latest.values())),
+                self._predicate,
+                source_alias="s",
+                target_alias="t",
+                # A materialized source lets the MERGE prune target files by key statistics.
+                streamed_exec=False,
+            )
+            .when_matched_update_all(predicate=f"s.{SORT_KEY_COLUMN} > t.{SORT_KEY_COLUMN}")
+            .when_not_matched_insert_all()
+            .execute()
+        )
+        inserted = int(metrics["num_target_rows_inserted"])
+        updated = int(metrics["num_target_rows_updated"])
+        return ApplyStats(
+            events=len(events),
+            rows=len(latest),
+            inserted=inserted,
+            updated=updated,
+            skipped=len(latest) - inserted - updated,
+            version=delta.version(),
+        )
+
+    def _source(self, events: list[Event]) -> pa.Table:
+        columns: list[pa.Array] = []
+        payloads = [event.payload for event in events]
+        for column, convert, field in zip(
+            self.table.columns, self._to_arrow, self.schema, strict=False
+        ):
+            name = column.name
+            if convert is _identity:
+                values = [payload[name] for payload in payloads]
+            else:
+                values = [convert(payload[name]) for payload in payloads]
+            columns.append(pa.array(values, type=field.type))
+        columns.append(_sort_key_texts([e.sort_keys for e in events]))
+        columns.append(pa.array([e.uuid for e in events], pa.string()))
+        columns.append(pa.array([e.is_deleted for e in events], pa.bool_()))
+        return pa.Table.from_arrays(columns, schema=self.schema)
+
+    def read_rows(self) -> list[tuple[Any, ...]]:
+        """The replica's live rows in the source's column order and value representation
+        (as ``Database.read`` returns them), in the source's key order."""
+        try:
+            delta = DeltaTable(str(self.path))
+        except TableNotFoundError:
+            return []
+        data = delta.to_pyarrow_table()
+        data = data.filter(pc.invert(data[DELETED_COLUMN]))
+        columns = [
+            [convert(value) for value in data[column.name].to_pylist()]
+            for column, convert in zip(self.table.columns, self._from_arrow, strict=True)
+        ]
+        rows = list(zip(*columns, strict=True))
+        positions = [
+            [c.name for c in self.table.columns].index(name) for name in self.table.primary_key
+        ]
+        rows.sort(
+            key=lambda row: tuple(
+                order(row[at]) for order, at in zip(self._order, positions, strict=True)
+            )
+        )
+        return rows

@@ -1,0 +1,114 @@
+"""Data change records as Spark rows: the source's schema and Arrow batches of records."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+import orjson
+import pyarrow as pa
+
+from changestream.streams.records import DataChangeRecord
+
+_COMMON_HEAD = [
+    ("commit_timestamp", pa.timestamp("us", tz="UTC")),
+    ("record_sequence", pa.string()),
+    ("server_transaction_id", pa.string()),
+    ("is_last_record_in_transaction_in_partition", pa.bool_()),
+    ("table_name", pa.string()),
+    ("value_capture_type", pa.string()),
+    ("column_types", pa.string()),
+]
+_MOD_FIELDS = [("keys", pa.string()), ("new_values", pa.string()), ("old_values", pa.string())]
+_COMMON_TAIL = [
+    ("mod_type", pa.string()),
+    ("number_of_records_in_transaction", pa.int64()),
+    ("number_of_partitions_in_transaction", pa.int64()),
+    ("transaction_tag", pa.string()),
+    ("is_system_transaction", pa.bool_()),
+    ("partition_token", pa.string()),
+]
+
+#: One row per data change record, mods as an array of structs of JSON strings.
+RECORD_SCHEMA = pa.schema(
+    [*_COMMON_HEAD, ("mods", pa.list_(pa.struct(_MOD_FIELDS))), *_COMMON_TAIL]
+)
+#: ``rowPerMod=true``: one row per mod, with its index in the record.
+MOD_SCHEMA = pa.schema([*_COMMON_HEAD, ("mod_index", pa.int64()), *_MOD_FIELDS, *_COMMON_TAIL])
+
+_SPARK_TYPES = {
+    pa.timestamp("us", tz="UTC"): "timestamp",
+    pa.string(): "string",
+    pa.bool_(): "boolean",
+    pa.int64(): "bigint",
+}
+
+
+def spark_schema(row_per_mod: bool) -> str:
+    """The Spark DDL schema string of the source's rows."""
+    schema = MOD_SCHEMA if row_per_mod else RECORD_SCHEMA
+    mods = "array<struct<keys: string, new_values: string, old_values: string>>"
+    return ", ".join(
+        f"{f.name} {mods if f.name == 'mods' else _SPARK_TYPES[f.type]}" for f in schema
+    )
+
+
+def _json(value: object) -> str:
+    return orjson.dumps(value).decode()
+
+
+def record_batches(
+    records: Iterable[DataChangeRecord], row_per_mod: bool, rows_per_batch: int = 4096
+) -> Iterator[pa.RecordBatch]:
+    """Arrow batches of the source's rows for ``records``, about ``rows_per_batch`` each."""
+    schema = MOD_SCHEMA if row_per_mod else RECORD_SCHEMA
+    columns: dict[str, list[object]] = {name: [] for name in schema.names}
+    count = 0
+    for record in records:
+        head = (
+            record.commit_timestamp,
+            record.record_sequence,
+            record.server_transaction_id,
+            record.is_last_record_in_transaction_in_partition,
+            record.table_name,
+            record.value_capture_type,
+            _json([c.to_dict() for c in record.column_types]),
+        )
+        tail = (
+            record.mod_type,
+            record.number_of_records_in_transaction,
+            record.number_of_partitions_in_transaction,
+            record.transaction_tag,
+            record.is_system_transaction,
+            record.partition_token,
+        )
+        if row_per_mod:
+            for index, mod in enumerate(record.mods):
+                row = (
+                    *head,
+                    index,
+                    _json(mod.keys),
+                    _json(mod.new_values),
+                    _json(mod.old_values),
+                    *tail,
+                )
+                for name, value in zip(schema.names, row, strict=True):
+                    columns[name].append(value)
+                count += 1
+        else:
+            mods = [
+                {
+                    "keys": _json(m.keys),
+                    "new_values": _json(m.new_values),
+                    "old_values": _json(m.old_values),
+                }
+                for m in record.mods
+            ]
+            for name, value in zip(schema.names, (*head, mods, *tail), strict=True):
+                columns[name].append(value)
+            count += 1
+        if count >= rows_per_batch:
+            yield pa.RecordBatch.from_pydict(columns, schema=schema)
+            columns = {name: [] for name in schema.names}
+            count = 0
+    if count:
+        yield pa.RecordBatch.from_pydict(columns, schema=schema)

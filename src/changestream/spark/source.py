@@ -1,0 +1,188 @@
+"""The ``changestream`` Spark data source (PySpark Python Data Source API, no JVM jars).
+
+Batch::
+
+    spark.read.format("changestream").option("database", PATH_OR_URL).option("stream", "S")
+        .option("startTimestamp", ISO).option("endTimestamp", ISO).load()
+
+Streaming::
+
+    spark.readStream.format("changestream").option("database", ...).option("stream", "S")
+        .option("startingTimestamp", ISO).option("maxRecordsPerTrigger", N).load()
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, MutableMapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import SparkSession
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+from pyspark.sql.types import StructType
+
+import changestream
+from changestream.clock import now_us
+from changestream.spark.frontier import Frontier, ReadRange, ranges
+from changestream.spark.options import SourceOptions, parse_options
+from changestream.spark.planning import (
+    batch_ranges,
+    group,
+    live_tokens,
+    next_frontier,
+    read_records,
+)
+from changestream.spark.rows import record_batches, spark_schema
+from changestream.streams.interface import Database
+
+
+class RangesPartition(InputPartition):
+    """One Spark task: some partition ranges, read one after another."""
+
+    def __init__(self, reads: list[ReadRange]) -> None:
+        super().__init__(reads)
+
+
+class ChangeStreamDataSource(DataSource):
+    """Reads a change stream, one row per data change record (or per mod, ``rowPerMod``)."""
+
+    def __init__(self, options: MutableMapping[str, str]) -> None:
+        super().__init__(options)
+        self.checked = parse_options(options)
+
+    @classmethod
+    def name(cls) -> str:
+        return "changestream"
+
+    def schema(self) -> str:
+        _check_stream(self.checked)
+        return spark_schema(self.checked.row_per_mod)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        self.checked.require_mode(streaming=False)
+        return ChangeStreamBatchReader(self.checked)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        self.checked.require_mode(streaming=True)
+        return ChangeStreamStreamReader(self.checked)
+
+
+def register(spark: SparkSession) -> None:
+    """Register the source as format ``"changestream"`` on ``spark``."""
+    spark.dataSource.register(ChangeStreamDataSource)
+
+
+def _open(options: SourceOptions) -> Database:
+    return changestream.open_path_or_url(options.database, options.token)
+
+
+def _check_stream(options: SourceOptions) -> None:
+    """Fail at ``load()`` when the database or the change stream does not exist."""
+    db = _open(options)
+    try:
+        db.partitions(options.stream)
+    finally:
+        db.close()
+
+
+def _read(options: SourceOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    reads: list[ReadRange] = partition.value
+    db = _open(options)
+    try:
+        for read in reads:
+            records = read_records(db, options.stream, read)
+            yield from record_batches(records, options.row_per_mod)
+    finally:
+        db.close()
+
+
+class ChangeStreamBatchReader(DataSourceReader):
+    """Every record committed in ``[startTimestamp, endTimestamp]``, each exactly once."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        if options.start_timestamp is None:
+            raise changestream.InvalidArgument(
+                "option 'startTimestamp' is required for a batch read (RFC 3339, e.g. "
+                "'2026-01-01T00:00:00Z'); 'endTimestamp' defaults to now"
+            )
+        self.start = options.start_timestamp
+        self.end = now_us() if options.end_timestamp is None else options.end_timestamp
+        if self.end < self.start:
+            raise changestream.InvalidArgument(
+                "option 'endTimestamp' must not be before 'startTimestamp'"
+            )
+
+    def partitions(self) -> Sequence[InputPartition]:
+        db = _open(self.options)
+        try:
+            reads = batch_ranges(db, self.options.stream, self.start, self.end)
+        finally:
+            db.close()
+        return [RangesPartition(g) for g in group(reads, self.options.max_partitions)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return _read(self.options, partition)
+
+
+class ChangeStreamStreamReader(DataSourceStreamReader):
+    """Micro-batches between frontiers of the partition lineage (see ``frontier``)."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self._db: Database | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Executors get the options only; each task opens its own database.
+        return {"options": self.options, "_db": None}
+
+    def _database(self) -> Database:
+        if self._db is None:
+            self._db = _open(self.options)
+        return self._db
+
+    def initialOffset(self) -> dict[str, Any]:
+        start = self.options.starting_timestamp
+        if start is None:
+            start = now_us()
+        tokens = live_tokens(self._database(), self.options.stream, start)
+        return Frontier.initial(start, tokens).to_offset()
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.options.max_records_per_trigger is None:
+            return ReadAllAvailable()
+        return ReadMaxRows(self.options.max_records_per_trigger)
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        frontier = Frontier.from_offset(start)
+        db = self._database()
+        until = max(now_us(), frontier.timestamp)
+        live_tokens(db, self.options.stream, until)  # returns once ``until`` is safe
+        max_records = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        end = next_frontier(
+            db,
+            self.options.stream,
+            frontier,
+            until,
+            max_records,
+            self.options.heartbeat_milliseconds * 1000,
+        )
+        return end.to_offset()
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        reads = ranges(Frontier.from_offset(start), Frontier.from_offset(end))
+        return [RangesPartition(g) for g in group(reads, self.options.max_partitions)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return _read(self.options, partition)
+
+    def stop(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None

@@ -1,0 +1,276 @@
+"""The Delta Lake replica: MERGE per batch, deletes, every column type equal to the source,
+idempotence under replayed and out-of-order batches, and a property test over random histories
+split into random batches."""
+
+from __future__ import annotations
+
+import random
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from changestream.clock import now_us
+from changestream.datastream.events import CdcMod, Event, backfill_events, cdc_events
+from changestream.ddl.schema import Table
+from changestream.errors import InvalidArgument
+from changestream.spark.replica import DeltaReplica, sort_key_text
+from tests.datastream_support import (
+    ALL_TYPES_DDL,
+    PK,
+    SAMPLE_DDL,
+    T0,
+    all_types_rows,
+    open_db,
+    read_mods,
+    seed_events,
+    table_of,
+)
+
+SAMPLE = table_of(SAMPLE_DDL)
+KV_DDL = "CREATE TABLE KV (K INT64 NOT NULL, V STRING(MAX)) PRIMARY KEY (K)"
+KV = table_of(KV_DDL)
+
+
+def raw_rows(replica: DeltaReplica) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = DeltaTable(str(replica.path)).to_pyarrow_table().to_pylist()
+    return rows
+
+
+def test_seed_flow_updates_then_deletes_the_row(tmp_path: Path) -> None:
+    insert, update, delete = seed_events(tmp_path, "NEW_ROW_AND_OLD_VALUES")
+    replica = DeltaReplica(tmp_path / "replica", "DB1", SAMPLE)
+    assert replica.path == tmp_path / "replica" / "DB1_SAMPLE"
+
+    assert replica.apply([insert]).inserted == 1
+    assert replica.read_rows() == [(PK, "foo", "TLV")]
+    assert replica.apply([update]).updated == 1
+    assert replica.read_rows() == [(PK, None, "TLV")]
+    assert replica.apply([delete]).updated == 1
+    assert replica.read_rows() == []
+    (tombstone,) = raw_rows(replica)
+    assert tombstone["_cs_deleted"] is True
+    assert tombstone["_cs_uuid"] == delete.uuid
+    assert tombstone["_cs_sort_key"] == sort_key_text(delete.sort_keys)
+
+
+def test_one_batch_collapses_to_the_last_event_per_key(tmp_path: Path) -> None:
+    events = seed_events(tmp_path, "NEW_ROW")
+    replica = DeltaReplica(tmp_path / "replica", "DB1", SAMPLE)
+    stats = replica.apply(events[:2][::-1])  # order within a batch does not matter
+    assert (stats.events, stats.rows, stats.inserted) == (2, 1, 1)
+    assert replica.read_rows() == [(PK, None, "TLV")]
+
+
+def test_every_type_matches_the_source_row_for_row(tmp_path: Path) -> None:
+    db = open_db(
+        str(tmp_path / "src.db"),
+        [ALL_TYPES_DDL, "CREATE CHANGE STREAM S FOR ALL OPTIONS (value_capture_type = 'NEW_ROW')"],
+    )
+    table = table_of(ALL_TYPES_DDL)
+    names = [c.name for c in table.columns]
+    with db.transaction() as tx:
+        tx.insert("AllTypes", names, [list(row) for row in all_types_rows()])
+    snapshot = now_us()
+    backfill = backfill_events("s", "shop", table, db.read("AllTypes"), snapshot, T0)
+    changed = list(all_types_rows()[1])
+    changed[0], changed[5] = 4, "new row"
+    with db.transaction() as tx:
+        tx.update("AllTypes", ["Id", "S", "AI"], [[2, "updated", [7, None]]])
+        tx.delete("AllTypes", [[1]])
+        tx.insert("AllTypes", names, [changed])
+    mods = [mod for _, mod in read_mods(db, "S", snapshot + 1, now_us() + 1)]
+    replica = DeltaReplica(tmp_path / "replica", "shop", table)
+    replica.apply(backfill)
+    replica.apply(cdc_events("s", "shop", table, mods, T0))
+
+    assert replica.read_rows() == db.read("AllTypes")
+    db.close()
+    schema = DeltaTable(str(replica.path)).to_pyarrow_table().schema
+    assert schema.field("T").type == pa.timestamp("us", tz="UTC")
+    assert schema.field("D").type == pa.date32()
+    assert schema.field("N").type == pa.string()
+    assert schema.field("Y").type == pa.binary()
+    assert schema.field("AI").type.value_type == pa.int64()
+    assert schema.names[-3:] == ["_cs_sort_key", "_cs_uuid", "_cs_deleted"]
+
+
+def kv_events(*ops: tuple[int, int, str, str | None]) -> list[Event]:
+    """CDC events of KV from (commit_ts, key, mod_type, value)."""
+    return cdc_events(
+        "s",
+        "db",
+        KV,
+        [
+            CdcMod(ts, str(ts), "0", 0, kind, {"K": key}, {} if value is None else {"V": value}, {})
+            for ts, key, kind, value in ops
+        ],
+        T0,
+    )
+
+
+def test_replayed_and_out_of_order_batches_change_nothing(tmp_path: Path) -> None:
+    first = kv_events((10, 1, "INSERT", "a"), (11, 2, "INSERT", "b"))
+    second = kv_events((20, 1, "UPDATE", "a2"), (21, 2, "DELETE", None))
+    third = kv_events((30, 2, "INSERT", "b3"), (31, 3, "INSERT", "c"))
+    replica = DeltaReplica(tmp_path / "in_order", "db", KV)
+    for batch in (first, second, third):
+        replica.apply(batch)
+    expected = [(1, "a2"), (2, "b3"), (3, "c")]
+    assert replica.read_rows() == expected
+    before = raw_rows(replica)
+
+    for batch in (third, first, second, first):
+        stats = replica.apply(batch)
+        assert stats.skipped == stats.rows and stats.inserted == stats.updated == 0
+    assert raw_rows(replica) == before
+
+    reversed_replica = DeltaReplica(tmp_path / "reversed", "db", KV)
+    for batch in (third, second, first):
+        reversed_replica.apply(batch)
+    assert reversed_replica.read_rows() == expected
+
+
+def test_backfill_read_before_a_delete_does_not_resurrect_the_row(tmp_path: Path) -> None:
+    backfill = backfill_events("s", "db", KV, [(1, "old"), (2, "kept")], 100, T0)
+    delete = kv_events((150, 1, "DELETE", None))
+    replica = DeltaReplica(tmp_path, "db", KV)
+    replica.apply(delete)  # CDC after the snapshot lands first
+    replica.apply(backfill)
+    assert replica.read_rows() == [(2, "kept")]
+
+
+def test_missing_table_and_empty_batches(tmp_path: Path) -> None:
+    replica = DeltaReplica(tmp_path, "db", KV)
+    assert replica.read_rows() == []
+    assert replica.apply([]).version is None
+    assert not replica.path.exists()
+    replica.ensure()
+    assert replica.read_rows() == []
+    assert replica.ensure().version() == 0  # creating again is a no-op
+
+
+def test_events_of_another_table_are_rejected(tmp_path: Path) -> None:
+    replica = DeltaReplica(tmp_path, "db", KV)
+    other = backfill_events("s", "db", SAMPLE, [(1, "a", "b")], 1, 1)
+    with pytest.raises(InvalidArgument, match="this replica holds db_KV"):
+        replica.apply(other)
+    wider = table_of(KV_DDL.replace("V STRING(MAX)", "V STRING(MAX), W BOOL"))
+    with pytest.raises(InvalidArgument, match="schema"):
+        replica.apply(backfill_events("s", "db", wider, [(1, "a", True)], 1, 1))
+
+
+def test_nullable_and_composite_keys(tmp_path: Path) -> None:
+    table = table_of(
+        "CREATE TABLE C (A STRING(MAX), B INT64 NOT NULL, V STRING(MAX)) PRIMARY KEY (A, B)"
+    )
+    replica = DeltaReplica(tmp_path, "db", table)
+    replica.apply(backfill_events("s", "db", table, [(None, 1, "x"), ("a", 1, "y")], 10, T0))
+    mods = [
+        CdcMod(20, "1", "0", 0, "UPDATE", {"A": None, "B": 1}, {"V": "x2"}, {}),
+        CdcMod(20, "1", "0", 1, "INSERT", {"A": None, "B": 0}, {"V": "z"}, {}),
+        CdcMod(21, "2", "0", 0, "DELETE", {"A": "a", "B": 1}, {}, {}),
+    ]
+    stats = replica.apply(cdc_events("s", "db", table, mods, T0))
+    assert (stats.inserted, stats.updated) == (1, 2)
+    assert replica.read_rows() == [(None, 0, "z"), (None, 1, "x2")]
+
+
+# -- property: any history, any split into batches, any batch order, with replays ------------
+
+Op = tuple[int, str, str]  # key, "put" or "delete", value
+
+
+def history(table: Table, ops: list[Op], snapshot_at: int) -> tuple[list[Event], dict[int, str]]:
+    """Backfill events of the state after ``ops[:snapshot_at]`` plus CDC events of the rest,
+    and the final state."""
+    state: dict[int, str] = {}
+    events: list[Event] = []
+    mods: list[CdcMod] = []
+    for index, (key, kind, value) in enumerate(ops):
+        if index == snapshot_at:
+            rows = sorted(state.items())
+            events += backfill_events("s", "db", table, rows, 1_000 + 10 * index - 5, T0)
+        ts = 1_000 + 10 * index
+        if kind == "delete":
+            if key not in state:
+                continue
+            del state[key]
+            mod = CdcMod(ts, str(index), "0", 0, "DELETE", {"K": key}, {}, {})
+        else:
+            mod_type = "UPDATE" if key in state else "INSERT"
+            state[key] = value
+            mod = CdcMod(ts, str(index), "0", 0, mod_type, {"K": key}, {"V": value}, {})
+        if index >= snapshot_at:
+            mods.append(mod)
+    if snapshot_at >= len(ops):
+        events += backfill_events("s", "db", table, sorted(state.items()), 999_999, T0)
+    events += cdc_events("s", "db", table, mods, T0)
+    return events, state
+
+
+ops_strategy = st.lists(
+    st.tuples(
+        st.integers(0, 3), st.sampled_from(["put", "put", "delete"]), st.text("xyz", max_size=3)
+    ),
+    min_size=1,
+    max_size=20,
+)
+
+
+@settings(max_examples=25, deadline=None)
+@given(ops=ops_strategy, data=st.data())
+def test_any_batch_split_order_and_replay_gives_the_final_state(
+    ops: list[Op], data: st.DataObject
+) -> None:
+    snapshot_at = data.draw(st.integers(0, len(ops)), label="snapshot_at")
+    events, state = history(KV, ops, snapshot_at)
+    seed = data.draw(st.integers(0, 2**32), label="seed")
+    rng = random.Random(seed)
+    cuts = sorted(
+        rng.sample(range(1, len(events)), max(0, min(len(events) - 1, rng.randint(0, 4))))
+    )
+    batches = [events[a:b] for a, b in zip([0, *cuts], [*cuts, len(events)], strict=True)]
+    rng.shuffle(batches)
+    batches += rng.sample(batches, rng.randint(0, min(2, len(batches))))  # replays
+
+    with tempfile.TemporaryDirectory() as root:
+        replica = DeltaReplica(root, "db", KV)
+        for batch in batches:
+            replica.apply(batch)
+        assert replica.read_rows() == sorted(state.items())
+
+
+def test_replica_of_a_real_workload_with_splits(tmp_path: Path) -> None:
+    db = open_db(
+        str(tmp_path / "src.db"),
+        [
+            KV_DDL,
+            "CREATE CHANGE STREAM S FOR KV OPTIONS (value_capture_type = 'NEW_ROW_AND_OLD_VALUES')",
+        ],
+    )
+    rng = random.Random(7)
+    start = now_us()
+    for round_ in range(30):
+        with db.transaction() as tx:
+            for key in rng.sample(range(40), 5):
+                if rng.random() < 0.25:
+                    tx.delete("KV", [[key]])
+                else:
+                    tx.insert_or_update("KV", ["K", "V"], [[key, f"v{round_}"]])
+        if round_ == 10:
+            db.split_at("KV", [20])
+        if round_ == 20:
+            db.merge_at("KV", [20])
+    mods = [mod for _, mod in read_mods(db, "S", start, now_us() + 1)]
+    events = cdc_events("s", "db", KV, mods, T0)
+    replica = DeltaReplica(tmp_path / "replica", "db", KV)
+    for at in range(0, len(events), 17):
+        replica.apply(events[at : at + 17])
+    assert replica.read_rows() == db.read("KV")
+    db.close()

@@ -1,0 +1,103 @@
+"""The streaming frontier over a random partition lineage (pure, no Spark)."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from changestream.spark.frontier import Frontier, advance, ranges
+
+
+@dataclass
+class Part:
+    token: str
+    start_timestamp: int
+    end_timestamp: int | None = None
+    parent_tokens: tuple[str, ...] = ()
+    child_tokens: tuple[str, ...] = field(default_factory=tuple)
+
+
+def _history(seed: int, steps: int) -> tuple[dict[str, Part], list[tuple[int, str]]]:
+    """A lineage of splits and merges over ``steps`` timestamps, and records (ts, token)."""
+    rng = random.Random(seed)
+    parts = {"p0": Part("p0", 1)}
+    live = ["p0"]  # in key order
+    records: list[tuple[int, str]] = []
+    for ts in range(1, steps + 1):
+        roll = rng.random()
+        if roll < 0.1:
+            i = rng.randrange(len(live))
+            parent = parts[live[i]]
+            a, b = f"p{len(parts)}", f"p{len(parts) + 1}"
+            parts[a] = Part(a, ts, parent_tokens=(parent.token,))
+            parts[b] = Part(b, ts, parent_tokens=(parent.token,))
+            parent.end_timestamp, parent.child_tokens = ts, (a, b)
+            live[i : i + 1] = [a, b]
+        elif roll < 0.18 and len(live) > 1:
+            i = rng.randrange(len(live) - 1)
+            left, right = parts[live[i]], parts[live[i + 1]]
+            child = f"p{len(parts)}"
+            parts[child] = Part(child, ts, parent_tokens=(left.token, right.token))
+            for parent in (left, right):
+                parent.end_timestamp, parent.child_tokens = ts, (child,)
+            live[i : i + 2] = [child]
+        else:
+            for token in rng.sample(live, rng.randint(1, len(live))):
+                records.append((ts, token))
+    return parts, records
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10_000), cuts=st.lists(st.integers(0, 12), min_size=1, max_size=30))
+def test_batches_read_every_record_once_and_children_after_parents(
+    seed: int, cuts: list[int]
+) -> None:
+    parts, records = _history(seed, steps=120)
+    start_ts = 1 + cuts[0]
+    live_at_start = [
+        p.token
+        for p in parts.values()
+        if p.start_timestamp <= start_ts and (p.end_timestamp is None or p.end_timestamp > start_ts)
+    ]
+    frontier = Frontier.initial(start_ts, live_at_start)
+    read: list[tuple[int, str]] = []
+    first_batch: dict[str, int] = {}
+    last_batch: dict[str, int] = {}
+    until = frontier.timestamp
+    # The last batches only admit children: the frontier stands still at the end.
+    for batch, step in enumerate([*cuts[1:], 200, *[0] * 60]):
+        until += step
+        end = advance(frontier, parts, until)
+        # Replaying from the same offsets plans the same reads.
+        assert ranges(frontier, end) == ranges(
+            Frontier.from_offset(frontier.to_offset()), Frontier.from_offset(end.to_offset())
+        )
+        for r in ranges(frontier, end):
+            first_batch.setdefault(r.token, batch)
+            last_batch[r.token] = batch
+            read.extend(
+                (ts, tok) for ts, tok in records if tok == r.token and r.start <= ts <= r.end
+            )
+        frontier = end
+        # The watermark promises every record at or below it has been read.
+        assert {r for r in records if start_ts <= r[0] <= end.watermark} <= set(read)
+    wanted = sorted(r for r in records if r[0] >= start_ts)
+    assert sorted(read) == wanted
+    for token, batch in first_batch.items():
+        for parent in parts[token].parent_tokens:
+            if parent in last_batch:
+                assert last_batch[parent] < batch, "a child is read after its parents ended"
+
+
+def test_a_stored_offset_of_another_version_is_refused() -> None:
+    import pytest
+
+    from changestream.errors import InvalidArgument
+
+    offset = Frontier.initial(5, ["a"]).to_offset()
+    offset["version"] = 99
+    with pytest.raises(InvalidArgument, match="new checkpoint"):
+        Frontier.from_offset(offset)

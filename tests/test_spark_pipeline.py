@@ -1,0 +1,234 @@
+"""The Datastream-style pipeline on a real local[2] SparkSession, with real files, Delta
+tables and (for the crash test) a pipeline process killed with SIGKILL."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pyspark")
+
+import changestream
+from changestream.datastream import StreamCatalog, StreamDefinition
+from changestream.datastream.files import event_files, read_events
+from changestream.spark.pipeline import Pipeline, PipelineFailed, PipelineOptions
+from changestream.spark.replica import DeltaReplica
+from tests.spark_support import ITEMS, Writer, write_items
+
+pytestmark = pytest.mark.spark
+
+SAMPLE = (
+    "CREATE TABLE SAMPLE (THIS_IS_MY_PK INT64 NOT NULL, FIELD1 STRING(MAX), "
+    "FIELD2 STRING(MAX) NOT NULL) PRIMARY KEY (THIS_IS_MY_PK)"
+)
+ALL = (
+    "CREATE CHANGE STREAM Everything FOR ALL "
+    "OPTIONS (value_capture_type = 'NEW_ROW_AND_OLD_VALUES')"
+)
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    from changestream.spark import local_session
+
+    session = local_session()
+    yield session
+    session.stop()
+
+
+def _stream(path: str, tmp: Path, name: str = "s1", **extra: Any) -> StreamDefinition:
+    definition = StreamDefinition(
+        name=name,
+        database=path,
+        change_stream="Everything",
+        destination=str(tmp / "events"),
+        replica=str(tmp / "replica"),
+        **extra,
+    )
+    with changestream.open(path) as db:
+        catalog = StreamCatalog(db)
+        catalog.create(definition)
+        catalog.transition(name, "start")
+    return definition
+
+
+def _run(spark: Any, path: str, name: str = "s1", **options: Any) -> Any:
+    opts = PipelineOptions(until_caught_up=True, trigger_seconds=0.5, **options)
+    return Pipeline(name, path, opts, spark=spark).run()
+
+
+def _events(root: Path) -> list[dict[str, Any]]:
+    return [e for f in event_files(root) for e in read_events(f)]
+
+
+def _replica_rows(replica: Path, path: str, table: str) -> list[tuple[Any, ...]]:
+    with changestream.open(path) as db:
+        schema = next(t for t in db.tables() if t.name == table)
+        return DeltaReplica(replica, "source", schema).read_rows()
+
+
+def test_the_seeds_insert_update_delete_flow_as_three_events(spark: Any, tmp_path: Path) -> None:
+    path = str(tmp_path / "source.db")
+    with changestream.open(path) as db:
+        db.execute_ddl([SAMPLE, ALL])
+    _stream(path, tmp_path, backfill="none")
+    with changestream.open(path) as db:
+        with db.transaction() as tx:
+            tx.insert("SAMPLE", ["THIS_IS_MY_PK", "FIELD1", "FIELD2"], [[1231535353, "foo", "TLV"]])
+        with db.transaction() as tx:
+            tx.update("SAMPLE", ["THIS_IS_MY_PK", "FIELD1"], [[1231535353, None]])
+        with db.transaction() as tx:
+            tx.delete("SAMPLE", [[1231535353]])
+    status = _run(spark, path)
+    assert status.state == "Running"
+    events = sorted(_events(tmp_path / "events"), key=lambda e: e["sort_keys"])
+    assert [e["source_metadata"]["change_type"] for e in events] == ["INSERT", "UPDATE", "DELETE"]
+    assert [e["source_metadata"]["is_deleted"] for e in events] == [False, False, True]
+    assert [e["payload"] for e in events] == [
+        {"THIS_IS_MY_PK": 1231535353, "FIELD1": "foo", "FIELD2": "TLV"},
+        {"THIS_IS_MY_PK": 1231535353, "FIELD1": None, "FIELD2": "TLV"},
+        {"THIS_IS_MY_PK": 1231535353, "FIELD1": None, "FIELD2": "TLV"},
+    ]
+    first = events[0]
+    assert list(first)[:8] == [
+        "stream_name",
+        "read_method",
+        "object",
+        "schema_key",
+        "uuid",
+        "read_timestamp",
+        "source_timestamp",
+        "sort_keys",
+    ]
+    assert first["read_method"] == "changestream-cdc"
+    assert first["object"] == "source_SAMPLE"
+    assert first["source_metadata"]["primary_keys"] == ["THIS_IS_MY_PK"]
+    assert len({e["uuid"] for e in events}) == 3
+    assert _replica_rows(tmp_path / "replica", path, "SAMPLE") == []
+    with changestream.open(path) as db:
+        described = StreamCatalog(db).describe("s1")
+    assert described["state"] == "Running"
+    assert described["rows_processed"] == 3
+
+
+def _source_rows(path: str) -> list[tuple[Any, ...]]:
+    with changestream.open(path) as db:
+        return db.read("Items")
+
+
+def _create_items(path: str, rows: int) -> None:
+    with changestream.open(path) as db:
+        db.execute_ddl([ITEMS, ALL])
+        db.set_split_policy(enabled=False)
+        with db.transaction() as tx:
+            tx.insert("Items", ["Id", "Name", "Qty"], [[i, f"r{i}", i] for i in range(rows)])
+
+
+def test_backfill_with_concurrent_writes_then_cdc_leaves_replica_equal_to_source(
+    spark: Any, tmp_path: Path
+) -> None:
+    path = str(tmp_path / "source.db")
+    _create_items(path, rows=500)
+    _stream(path, tmp_path, format="avro")
+    writer = Writer(path, seed=11, transactions=150, pause=0.02)
+    _run(spark, path, chunk_rows=60)
+    writer.finish()
+    _run(spark, path)  # catch up with what the writer committed after the first run started
+    assert _replica_rows(tmp_path / "replica", path, "Items") == _source_rows(path)
+    events = _events(tmp_path / "events")
+    backfill = [e for e in events if e["read_method"] == "changestream-backfill"]
+    assert len({tuple(e["payload"].values()) for e in backfill}) == len(backfill)
+    # Every row present when its chunk was read, once (the writer deletes some before).
+    assert 450 < len({e["payload"]["Id"] for e in backfill}) == len(backfill) <= 500
+    assert not [u for u, n in Counter(e["uuid"] for e in events).items() if n > 1]
+    with changestream.open(path) as db:
+        progress = StreamCatalog(db).progress("s1")
+    (entry,) = progress.objects.values()
+    assert entry.status == "done" and entry.rows == len(backfill)
+    assert len(entry.detail["boundaries"]) >= 8
+
+
+def test_pipeline_refuses_a_stream_that_is_not_started(spark: Any, tmp_path: Path) -> None:
+    path = str(tmp_path / "source.db")
+    _create_items(path, rows=1)
+    with changestream.open(path) as db:
+        StreamCatalog(db).create(
+            StreamDefinition(
+                name="idle",
+                database=path,
+                change_stream="Everything",
+                destination=str(tmp_path / "e"),
+            )
+        )
+    with pytest.raises(changestream.FailedPrecondition, match="Not started; start it first"):
+        _run(spark, path, name="idle")
+
+
+def test_an_unwritable_destination_is_retried_recorded_and_fails_the_stream(
+    spark: Any, tmp_path: Path
+) -> None:
+    path = str(tmp_path / "source.db")
+    _create_items(path, rows=3)
+    blocker = tmp_path / "events"
+    blocker.mkdir()
+    (blocker / "source_Items").write_text("a file where the object's directory should be")
+    with changestream.open(path) as db:
+        catalog = StreamCatalog(db)
+        catalog.create(
+            StreamDefinition(
+                name="bad", database=path, change_stream="Everything", destination=str(blocker)
+            )
+        )
+        catalog.transition("bad", "start")
+    with pytest.raises(PipelineFailed):
+        _run(spark, path, name="bad", attempts=2, backoff_seconds=0.05, restarts=0)
+    with changestream.open(path) as db:
+        catalog = StreamCatalog(db)
+        assert catalog.get("bad").state.value == "Failed"
+        errors = catalog.errors("bad")
+    assert len(errors) >= 2
+    assert any("attempt 2" in e.message for e in errors)
+    assert all(e.object in ("source_Items", "*") for e in errors)
+
+
+def test_pipeline_killed_with_sigkill_mid_batch_restarts_and_replica_matches(
+    tmp_path: Path,
+) -> None:
+    path = str(tmp_path / "source.db")
+    _create_items(path, rows=300)
+    _stream(path, tmp_path)
+    with changestream.open(path) as db:
+        write_items(db, seed=21, transactions=30)
+    command = [sys.executable, "-m", "changestream", "pipeline", "run", "s1", "--db", path]
+    command += ["--trigger-seconds", "0.5", "--max-records-per-trigger", "20"]
+    writer = Writer(path, seed=22, transactions=10_000, pause=0.01)
+    process = subprocess.Popen(
+        command, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            with changestream.open(path) as db:
+                if StreamCatalog(db).progress("s1").rows_processed > 400:
+                    break
+            assert process.poll() is None, "the pipeline died on its own"
+            time.sleep(0.2)
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    writer.finish(stop=True)
+    finished = subprocess.run(
+        [*command[:-4], "--until-caught-up"], capture_output=True, text=True, timeout=300
+    )
+    assert finished.returncode == 0, finished.stderr[-2000:]
+    replica, source = _replica_rows(tmp_path / "replica", path, "Items"), _source_rows(path)
+    assert replica == source, (finished.stdout[-600:], len(replica), len(source))

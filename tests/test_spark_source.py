@@ -1,0 +1,216 @@
+"""The ``changestream`` Spark data source on a real local[2] SparkSession."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pyspark")
+
+from changestream.clock import format_ts, now_us
+from tests.lineage import read_lineage
+from tests.spark_support import (
+    Writer,
+    create_items_db,
+    difference,
+    expected_mods,
+    mod_ids,
+    sink_mods,
+    start_query,
+    write_items,
+)
+
+pytestmark = pytest.mark.spark
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    from changestream.spark import local_session
+
+    session = local_session()
+    yield session
+    session.stop()
+
+
+def _batch(spark: Any, path: str, start: int, end: int, **options: str) -> Any:
+    reader = (
+        spark.read.format("changestream")
+        .option("database", path)
+        .option("stream", "ItemStream")
+        .option("startTimestamp", format_ts(start))
+        .option("endTimestamp", format_ts(end))
+    )
+    for name, value in options.items():
+        reader = reader.option(name, value)
+    return reader.load()
+
+
+def test_batch_read_equals_the_read_function_across_the_lineage(spark: Any, tmp_path: Path) -> None:
+    path = str(tmp_path / "items.db")
+    db = create_items_db(path)
+    start = now_us()
+    write_items(db, seed=1, transactions=80)
+    end = now_us()
+    write_items(db, seed=2, transactions=10)  # after the end: must not be read
+    reads = read_lineage(db, "ItemStream", start, end)
+    records = [r for p in reads for r in p.records]
+    assert len(reads) > 3, "the workload must split and merge"
+
+    frame = _batch(spark, path, start, end, maxPartitions="3")
+    rows = frame.collect()
+    assert frame.rdd.getNumPartitions() == 3
+    assert len(rows) == len(records)
+    by_id = {(r.server_transaction_id, r.record_sequence, r.partition_token): r for r in records}
+    for row in rows:
+        record = by_id[(row.server_transaction_id, row.record_sequence, row.partition_token)]
+        assert row.table_name == record.table_name == "Items"
+        assert row.mod_type == record.mod_type
+        assert row.value_capture_type == "NEW_ROW"
+        assert [json.loads(m.keys) for m in row.mods] == [m.keys for m in record.mods]
+        assert [json.loads(m.new_values) for m in row.mods] == [m.new_values for m in record.mods]
+        assert json.loads(row.column_types) == [c.to_dict() for c in record.column_types]
+        assert row.number_of_records_in_transaction == record.number_of_records_in_transaction
+        micros = int(row.commit_timestamp.timestamp()) * 1_000_000
+        assert micros + row.commit_timestamp.microsecond == record.commit_timestamp
+
+    per_mod = _batch(spark, path, start, end, rowPerMod="true").collect()
+    got = sorted(
+        (
+            int(r.commit_timestamp.timestamp()) * 1_000_000 + r.commit_timestamp.microsecond,
+            r.server_transaction_id,
+            r.record_sequence,
+            r.partition_token,
+            r.mod_index,
+        )
+        for r in per_mod
+    )
+    assert got == sorted(mod_ids(records))
+    db.close()
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"stream": "ItemStream", "startTimestamp": "2026-01-01T00:00:00Z"}, "'database'"),
+        ({"database": "DB", "startTimestamp": "2026-01-01T00:00:00Z"}, "'stream'"),
+        ({"database": "DB", "stream": "ItemStream", "startTimestamp": "yesterday"}, "RFC 3339"),
+        ({"database": "DB", "stream": "ItemStream", "colour": "red"}, "unknown option 'colour'"),
+        ({"database": "DB", "stream": "NoSuchStream"}, "NoSuchStream"),
+        ({"database": "/no/such.db", "stream": "ItemStream"}, "no database file"),
+        ({"database": "DB", "stream": "ItemStream", "rowPerMod": "yes"}, "true or false"),
+        ({"database": "DB", "stream": "ItemStream", "maxRecordsPerTrigger": "0"}, "positive"),
+    ],
+)
+def test_bad_options_fail_at_load_naming_the_option(
+    spark: Any, tmp_path: Path, options: dict[str, str], message: str
+) -> None:
+    path = str(tmp_path / "items.db")
+    create_items_db(path).close()
+    reader = spark.read.format("changestream")
+    for name, value in options.items():
+        reader = reader.option(name, path if value == "DB" else value)
+    with pytest.raises(Exception, match=message):
+        reader.load()
+
+
+def test_batch_read_needs_a_start_and_refuses_streaming_options(spark: Any, tmp_path: Path) -> None:
+    path = str(tmp_path / "items.db")
+    create_items_db(path).close()
+    base = spark.read.format("changestream").option("database", path)
+    base = base.option("stream", "ItemStream")
+    with pytest.raises(Exception, match="'startTimestamp' is required"):
+        base.load().collect()
+    with pytest.raises(Exception, match="'startingTimestamp' does not apply to a batch read"):
+        base.option("startingTimestamp", "2026-01-01T00:00:00Z").load().collect()
+
+
+def _wait_for(sink: Path, expected: list[Any], timeout: float) -> list[Any]:
+    deadline = time.monotonic() + timeout
+    got: list[Any] = []
+    while time.monotonic() < deadline:
+        got = sink_mods(sink)
+        if len(got) >= len(expected):
+            break
+        time.sleep(0.5)
+    return got
+
+
+def test_streaming_query_holds_every_mod_once_across_splits_merges_and_a_restart(
+    spark: Any, tmp_path: Path
+) -> None:
+    path = str(tmp_path / "items.db")
+    create_items_db(path).close()
+    sink, checkpoint = tmp_path / "sink", tmp_path / "checkpoint"
+    start = now_us()
+    query = start_query(spark, path, format_ts(start), sink, checkpoint)
+    writer = Writer(path, seed=3, transactions=10_000)
+    deadline = time.monotonic() + 60
+    while len(list(sink.glob("batch=*/_SUCCESS"))) < 2 and time.monotonic() < deadline:
+        assert query.exception() is None
+        time.sleep(0.2)
+    assert writer.is_alive(), "stop the query mid-stream, while the writer still commits"
+    query.stop()
+    time.sleep(1)
+    writer.finish(stop=True)
+    assert sink_mods(sink), "the first run must have landed some batches"
+    second = Writer(path, seed=4, transactions=100)
+    query = start_query(spark, path, format_ts(start), sink, checkpoint)
+    second.finish()
+    end = now_us()
+    expected = expected_mods(path, start, end)
+    got = _wait_for(sink, expected, timeout=90)
+    query.stop()
+    assert len(expected) > 600
+    assert got == expected, difference(expected, got)
+    batches = list(sink.glob("batch=*"))
+    assert len(batches) > 3, "admission control must have cut the backlog into batches"
+
+
+def _driver(path: str, start: int, *paths: Path) -> subprocess.Popen[bytes]:
+    """The streaming query in its own process group (the Python driver and its JVM)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.spark_support", path, format_ts(start), *map(str, paths)],
+        cwd=Path(__file__).resolve().parent.parent,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def test_driver_killed_with_sigkill_restarts_from_its_checkpoint(tmp_path: Path) -> None:
+    path = str(tmp_path / "items.db")
+    create_items_db(path).close()
+    sink, checkpoint = tmp_path / "sink", tmp_path / "checkpoint"
+    start = now_us()
+    writer = Writer(path, seed=5, transactions=10_000)
+    driver = _driver(path, start, sink, checkpoint)
+    try:
+        deadline = time.monotonic() + 90
+        while len(list(sink.glob("batch=*/_SUCCESS"))) < 3 and time.monotonic() < deadline:
+            assert driver.poll() is None, "the driver died on its own"
+            time.sleep(0.2)
+        assert len(list(sink.glob("batch=*/_SUCCESS"))) >= 3
+    finally:
+        os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait()
+    writer.finish(stop=True)
+    landed = len(sink_mods(sink))
+    driver = _driver(path, start, sink, checkpoint)
+    try:
+        end = now_us()
+        expected = expected_mods(path, start, end)
+        got = _wait_for(sink, expected, timeout=120)
+    finally:
+        os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait()
+    assert 0 < landed < len(expected)
+    assert got == expected, difference(expected, got)
