@@ -232,3 +232,20 @@ def test_pipeline_killed_with_sigkill_mid_batch_restarts_and_replica_matches(
     assert finished.returncode == 0, finished.stderr[-2000:]
     replica, source = _replica_rows(tmp_path / "replica", path, "Items"), _source_rows(path)
     assert replica == source, (finished.stdout[-600:], len(replica), len(source))
+
+
+def test_a_dropped_change_stream_fails_the_stream_permanently(spark: Any, tmp_path: Path) -> None:
+    path = str(tmp_path / "source.db")
+    _create_items(path, rows=3)
+    _stream(path, tmp_path)
+    with changestream.open(path) as db:
+        db.execute_ddl("DROP CHANGE STREAM Everything")
+    with pytest.raises(PipelineFailed, match="Everything"):
+        _run(spark, path)
+    with changestream.open(path) as db:
+        catalog = StreamCatalog(db)
+        assert catalog.get("s1").state.value == "Failed permanently"
+        (error,) = catalog.errors("s1")
+    assert "Everything" in error.message and not error.retriable
+    with pytest.raises(changestream.FailedPrecondition, match="Failed permanently"):
+        _run(spark, path)

@@ -26,17 +26,23 @@ the column name with other characters replaced by ``_``; each field also carries
 
 from __future__ import annotations
 
-import decimal
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
 import fastavro
-import orjson
 
 from changestream.clock import parse_ts
-from changestream.datastream.events import Codec, Event, json_encoder, micros_text, millis_text
+from changestream.datastream.codecs import (
+    Codec,
+    json_encoder,
+    micros_text,
+    millis_text,
+    text_decoder,
+    text_encoder,
+)
+from changestream.datastream.events import Event
 from changestream.ddl.schema import Table
 from changestream.types import ColumnType
 
@@ -129,41 +135,6 @@ def avro_schema(table: Table) -> dict[str, Any]:
     }
 
 
-def _nullable(codec: Codec) -> Codec:
-    return lambda value: None if value is None else codec(value)
-
-
-def _identity(value: Any) -> Any:
-    return value
-
-
-def _encoder(ctype: ColumnType) -> Codec:
-    """Python value → what fastavro writes for the column's Avro type."""
-    if ctype.code == "ARRAY":
-        assert ctype.element is not None
-        element = _encoder(ctype.element)
-        return _nullable(lambda items: [element(item) for item in items])
-    if ctype.code == "NUMERIC":
-        return _nullable(lambda value: format(value, "f"))
-    if ctype.code == "JSON":
-        return _nullable(lambda value: orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode())
-    # fastavro takes date and aware datetime values for the date/timestamp logical types.
-    return _identity
-
-
-def _decoder(ctype: ColumnType) -> Codec:
-    """What fastavro reads for the column's Avro type → Python value."""
-    if ctype.code == "ARRAY":
-        assert ctype.element is not None
-        element = _decoder(ctype.element)
-        return _nullable(lambda items: [element(item) for item in items])
-    if ctype.code == "NUMERIC":
-        return _nullable(decimal.Decimal)
-    if ctype.code == "JSON":
-        return _nullable(orjson.loads)
-    return _identity
-
-
 @dataclass(frozen=True, slots=True)
 class AvroPlan:
     """A table's parsed Avro schema and the payload field names and encoders in column order."""
@@ -189,7 +160,7 @@ def avro_plan(table: Table) -> AvroPlan:
     return AvroPlan(
         schema=cast(dict[str, Any], fastavro.parse_schema(avro_schema(table))),
         fields=tuple(
-            (column.name, field_name, _encoder(column.type))
+            (column.name, field_name, text_encoder(column.type))
             for field_name, column in zip(_field_names(table), table.columns, strict=True)
         ),
     )
@@ -232,7 +203,7 @@ def payload_converter(writer_schema: dict[str, Any]) -> Callable[[dict[str, Any]
     plan: list[tuple[str, str, Codec, Codec]] = []
     for field in fields:
         ctype = ColumnType.from_json(field["sqlType"])
-        plan.append((field["sqlName"], field["name"], _decoder(ctype), json_encoder(ctype)))
+        plan.append((field["sqlName"], field["name"], text_decoder(ctype), json_encoder(ctype)))
 
     def convert(payload: dict[str, Any]) -> dict[str, Any]:
         return {name: to_json(decode(payload[key])) for name, key, decode, to_json in plan}

@@ -24,23 +24,24 @@ timestamp) for backfill — so an event re-emitted after a crash has the same uu
 
 from __future__ import annotations
 
-import base64
-import datetime as dt
-import decimal
 import functools
 import hashlib
-import math
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 import orjson
 
-from changestream.clock import parse_ts, to_datetime
+from changestream.datastream.codecs import (
+    Codec,
+    json_encoder,
+    micros_text,
+    millis_text,
+    record_decoder,
+)
 from changestream.ddl.schema import Table
 from changestream.errors import InvalidArgument
-from changestream.types import ColumnType
 
 CDC_READ_METHOD: Final = "changestream-cdc"
 BACKFILL_READ_METHOD: Final = "changestream-backfill"
@@ -49,11 +50,8 @@ CHANGE_TYPES: Final = ("INSERT", "UPDATE", "DELETE")
 BACKFILL_RANK: Final = 0
 CDC_RANK: Final = 1
 
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 # Fixed so uuids stay the same across processes and releases.
 _UUID_NAMESPACE_BYTES = uuid.UUID("6b19f7f1-b143-460a-aabc-117f902a791b").bytes
-
-Codec = Callable[[Any], Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,26 +147,6 @@ class Event:
         }
 
 
-@functools.lru_cache(maxsize=4096)
-def _second_text(seconds: int) -> str:
-    # Cached because events of a batch share few distinct seconds, and strftime is slow (and
-    # does not zero-pad years below 1000).
-    m = _EPOCH + dt.timedelta(seconds=seconds)
-    return f"{m.year:04d}-{m.month:02d}-{m.day:02d}T{m.hour:02d}:{m.minute:02d}:{m.second:02d}"
-
-
-def micros_text(us: int) -> str:
-    """Microseconds as RFC 3339 with six fractional digits and ``Z``."""
-    seconds, fraction = divmod(us, 1_000_000)
-    return f"{_second_text(seconds)}.{fraction:06d}Z"
-
-
-def millis_text(us: int) -> str:
-    """Microseconds as RFC 3339 with milliseconds and ``Z`` (the seed's ``read_timestamp``)."""
-    seconds, fraction = divmod(us, 1_000_000)
-    return f"{_second_text(seconds)}.{fraction // 1000:03d}Z"
-
-
 def object_name(database: str, table: str) -> str:
     """The event ``object`` of a table: ``<schema>_<table>``, the database being the schema."""
     return f"{database}_{table}"
@@ -177,73 +155,6 @@ def object_name(database: str, table: str) -> str:
 def schema_key(table: Table) -> str:
     """A stable hash of the table's column names and types and its primary key."""
     return table_plan(table).schema_key
-
-
-def _nullable(codec: Codec) -> Codec:
-    return lambda value: None if value is None else codec(value)
-
-
-def _identity(value: Any) -> Any:
-    return value
-
-
-def _b64encode(value: bytes) -> str:
-    return base64.b64encode(value).decode("ascii")
-
-
-def _float_json(value: float) -> Any:
-    # JSON has no NaN or infinities; the change records spell them as strings.
-    if math.isfinite(value):
-        return value
-    return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
-
-
-def _timestamp_json(value: dt.datetime) -> str:
-    return micros_text(parse_ts(value))
-
-
-def _json_text(value: Any) -> str:
-    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
-
-
-def json_encoder(ctype: ColumnType) -> Codec:
-    """Python value (as ``Database.read`` returns it) → event JSON value; None stays None."""
-    code = ctype.code
-    if code in ("BOOL", "INT64", "STRING"):
-        return _identity
-    if code == "ARRAY":
-        assert ctype.element is not None
-        element = json_encoder(ctype.element)
-        return _nullable(lambda items: [element(item) for item in items])
-    scalar: dict[str, Codec] = {
-        "FLOAT64": _float_json,
-        "NUMERIC": lambda value: format(value, "f"),
-        "BYTES": _b64encode,
-        "DATE": dt.date.isoformat,
-        "TIMESTAMP": _timestamp_json,
-        "JSON": _json_text,
-    }
-    return _nullable(scalar[code])
-
-
-def record_decoder(ctype: ColumnType) -> Codec:
-    """Change-record JSON value → Python value (as ``Database.read`` returns it)."""
-    code = ctype.code
-    if code in ("BOOL", "STRING", "JSON"):
-        return _identity
-    if code == "ARRAY":
-        assert ctype.element is not None
-        element = record_decoder(ctype.element)
-        return _nullable(lambda items: [element(item) for item in items])
-    scalar: dict[str, Codec] = {
-        "INT64": int,  # records may carry INT64 as a decimal string
-        "FLOAT64": float,  # also parses "NaN", "Infinity", "-Infinity"
-        "NUMERIC": decimal.Decimal,
-        "BYTES": base64.b64decode,
-        "DATE": dt.date.fromisoformat,
-        "TIMESTAMP": lambda text: to_datetime(parse_ts(text)),
-    }
-    return _nullable(scalar[code])
 
 
 @dataclass(frozen=True, slots=True)

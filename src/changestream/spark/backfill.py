@@ -18,7 +18,7 @@ from pyspark.sql import SparkSession
 import changestream
 from changestream import KeyRange
 from changestream.datastream.catalog import ObjectBackfill
-from changestream.datastream.events import json_encoder, record_decoder
+from changestream.datastream.codecs import json_encoder, record_decoder
 from changestream.ddl.schema import Table
 from changestream.streams.interface import Database
 

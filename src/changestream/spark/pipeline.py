@@ -94,7 +94,6 @@ class PipelineStatus:
     rows_processed: int = 0
     frontier: int | None = None
     target: int | None = None
-    batches: int = 0
     backfill: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -142,6 +141,7 @@ class Pipeline:
         self._replicas: dict[tuple[str, str], DeltaReplica] = {}
         self._failure: _BatchError | None = None
         self._started = False
+        self._reported: int | None = None
 
     @property
     def checkpoint(self) -> Path:
@@ -168,9 +168,10 @@ class Pipeline:
                 try:
                     query = self._start_query(spark, start)
                 except Exception as exc:
-                    message = f"cannot start the query: {type(exc).__name__}: {exc}"
-                    self.catalog.fail(self.name, "*", message.splitlines()[0], True)
-                    raise PipelineFailed(f"stream {self.name!r}: {message}", True) from exc
+                    failure = self._source_failure(f"cannot start the query: {exc}")
+                    self.catalog.fail(self.name, failure.obj, failure.message, failure.retriable)
+                    message = f"stream {self.name!r} failed: {failure.message}"
+                    raise PipelineFailed(message, failure.retriable) from exc
                 try:
                     return self._monitor(query, target)
                 except PipelineFailed as failure:
@@ -233,9 +234,9 @@ class Pipeline:
             if self._on_status is not None:
                 self._on_status(status)
             if not query.isActive:
-                failure = self._failure
-                if failure is None:
-                    failure = _BatchError("*", str(query.exception() or "query stopped"), True)
+                failure = self._failure or self._source_failure(
+                    str(query.exception() or "the query stopped")
+                )
                 self.catalog.fail(self.name, failure.obj, failure.message, failure.retriable)
                 raise PipelineFailed(
                     f"stream {self.name!r} failed: {failure.message}", failure.retriable
@@ -254,21 +255,30 @@ class Pipeline:
             if target is not None and caught_up and (status.frontier or 0) >= target:
                 return status
 
+    def _source_failure(self, message: str) -> _BatchError:
+        """Why the query failed outside a micro-batch's sink work: permanent when the stream's
+        source is gone (its change stream dropped), else retriable (``message``)."""
+        try:
+            self.definition.tables(self.db)
+        except ChangeStreamError as exc:
+            return _BatchError("*", f"{type(exc).__name__}: {exc}", False)
+        return _BatchError("*", message.splitlines()[0], True)
+
     def _status(self, query: StreamingQuery, target: int | None) -> PipelineStatus:
         try:
             state = self.catalog.get(self.name).state.value
         except NotFound:
             state = "Deleted"
         frontier = _frontier(query)
-        if frontier is not None and state != "Deleted":
+        if frontier is not None and frontier != self._reported and state != "Deleted":
             self.catalog.update_progress(self.name, last_commit_timestamp=frontier)
+            self._reported = frontier
         progress = self.catalog.progress(self.name) if state != "Deleted" else None
         return PipelineStatus(
             state=state,
             rows_processed=0 if progress is None else progress.rows_processed,
             frontier=frontier,
             target=target,
-            batches=len(query.recentProgress),
             backfill={} if progress is None else {k: v.status for k, v in progress.objects.items()},
         )
 

@@ -21,22 +21,20 @@ This module does not import pyspark: the pipeline calls it from ``foreachBatch``
 
 from __future__ import annotations
 
-import datetime as dt
-import decimal
 import functools
 import operator
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
+from changestream.datastream.codecs import Codec, identity, text_decoder, text_encoder
 from changestream.datastream.events import Event, object_name, schema_key
 from changestream.ddl.schema import Table
 from changestream.errors import InvalidArgument
@@ -47,7 +45,6 @@ UUID_COLUMN: Final = "_cs_uuid"
 DELETED_COLUMN: Final = "_cs_deleted"
 BOOKKEEPING_COLUMNS: Final = (SORT_KEY_COLUMN, UUID_COLUMN, DELETED_COLUMN)
 
-Codec = Callable[[Any], Any]
 
 _SCALAR_ARROW_TYPES: Final[dict[str, pa.DataType]] = {
     "BOOL": pa.bool_(),
@@ -87,43 +84,6 @@ def _sort_key_texts(sort_keys: list[tuple[int, int, int, int]]) -> pa.Array:
         raise InvalidArgument("sort_keys must not be negative")
     padded = [pc.utf8_lpad(pc.cast(part, pa.string()), 19, "0") for part in parts]
     return pc.binary_join_element_wise(*padded, "-")
-
-
-def _nullable(codec: Codec) -> Codec:
-    return lambda value: None if value is None else codec(value)
-
-
-def _identity(value: Any) -> Any:
-    return value
-
-
-def _to_arrow(ctype: ColumnType) -> Codec:
-    """Python value (as ``Database.read`` returns it) → value pyarrow takes for the column."""
-    if ctype.code == "ARRAY":
-        assert ctype.element is not None
-        element = _to_arrow(ctype.element)
-        return _nullable(lambda items: [element(item) for item in items])
-    if ctype.code == "NUMERIC":
-        return _nullable(lambda value: format(value, "f"))
-    if ctype.code == "JSON":
-        return _nullable(lambda value: orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode())
-    return _identity
-
-
-def _from_arrow(ctype: ColumnType) -> Codec:
-    """Value pyarrow reads for the column → Python value as ``Database.read`` returns it."""
-    if ctype.code == "ARRAY":
-        assert ctype.element is not None
-        element = _from_arrow(ctype.element)
-        return _nullable(lambda items: [element(item) for item in items])
-    if ctype.code == "NUMERIC":
-        return _nullable(decimal.Decimal)
-    if ctype.code == "JSON":
-        return _nullable(orjson.loads)
-    if ctype.code == "TIMESTAMP":
-        # pyarrow answers with a zoneinfo UTC; the store uses datetime.UTC.
-        return _nullable(lambda value: value.astimezone(dt.UTC))
-    return _identity
 
 
 def _storage_order(ctype: ColumnType) -> Codec:
@@ -172,8 +132,8 @@ class DeltaReplica:
         self.path = Path(root) / self.object
         self.schema = _arrow_schema(table)
         self._schema_key = schema_key(table)
-        self._to_arrow = [_to_arrow(c.type) for c in table.columns]
-        self._from_arrow = [_from_arrow(c.type) for c in table.columns]
+        self._to_arrow = [text_encoder(c.type) for c in table.columns]
+        self._from_arrow = [text_decoder(c.type) for c in table.columns]
         self._order = [_storage_order(c.type) for c in table.key_columns]
         # The key value (a scalar for a one-column key) identifying a row within one batch.
         self._key_of = operator.itemgetter(*table.primary_key)
@@ -240,7 +200,7 @@ class DeltaReplica:
             self.table.columns, self._to_arrow, self.schema, strict=False
         ):
             name = column.name
-            if convert is _identity:
+            if convert is identity:
                 values = [payload[name] for payload in payloads]
             else:
                 values = [convert(payload[name]) for payload in payloads]
