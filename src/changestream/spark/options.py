@@ -15,7 +15,9 @@ COMMON = ("database", "path", "stream", "token", "rowPerMod", "maxPartitions")
 ALL_OPTIONS = COMMON + BATCH_ONLY + STREAMING_ONLY
 _CANONICAL = {name.lower(): name for name in ALL_OPTIONS}
 
+#: Spark tasks per read: a batch read fans out, a micro-batch stays cheap to schedule.
 DEFAULT_MAX_PARTITIONS = 32
+DEFAULT_STREAMING_MAX_PARTITIONS = 4
 DEFAULT_HEARTBEAT_MS = 1_000
 
 
@@ -27,13 +29,19 @@ class SourceOptions:
     stream: str
     token: str | None = None
     row_per_mod: bool = False
-    max_partitions: int = DEFAULT_MAX_PARTITIONS
+    max_partitions: int | None = None
     start_timestamp: int | None = None
     end_timestamp: int | None = None
     starting_timestamp: int | None = None
     max_records_per_trigger: int | None = None
     heartbeat_milliseconds: int = DEFAULT_HEARTBEAT_MS
     given: frozenset[str] = frozenset()
+
+    def tasks(self, streaming: bool) -> int:
+        """How many Spark tasks a read may use (``maxPartitions``, or the mode's default)."""
+        if self.max_partitions is not None:
+            return self.max_partitions
+        return DEFAULT_STREAMING_MAX_PARTITIONS if streaming else DEFAULT_MAX_PARTITIONS
 
     def require_mode(self, streaming: bool) -> None:
         """Refuse options of the other mode (a batch option on a stream, or the reverse)."""
@@ -72,7 +80,7 @@ def parse_options(raw: Mapping[str, str]) -> SourceOptions:
         stream=stream,
         token=values.get("token"),
         row_per_mod=_boolean(values, "rowPerMod"),
-        max_partitions=_positive(values, "maxPartitions") or DEFAULT_MAX_PARTITIONS,
+        max_partitions=_positive(values, "maxPartitions"),
         start_timestamp=_timestamp(values, "startTimestamp"),
         end_timestamp=_timestamp(values, "endTimestamp"),
         starting_timestamp=_timestamp(values, "startingTimestamp"),

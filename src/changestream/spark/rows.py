@@ -61,54 +61,63 @@ def record_batches(
 ) -> Iterator[pa.RecordBatch]:
     """Arrow batches of the source's rows for ``records``, about ``rows_per_batch`` each."""
     schema = MOD_SCHEMA if row_per_mod else RECORD_SCHEMA
-    columns: dict[str, list[object]] = {name: [] for name in schema.names}
-    count = 0
+    batch = _Columns(schema)
     for record in records:
-        head = (
-            record.commit_timestamp,
-            record.record_sequence,
-            record.server_transaction_id,
-            record.is_last_record_in_transaction_in_partition,
-            record.table_name,
-            record.value_capture_type,
-            _json([c.to_dict() for c in record.column_types]),
-        )
-        tail = (
-            record.mod_type,
-            record.number_of_records_in_transaction,
-            record.number_of_partitions_in_transaction,
-            record.transaction_tag,
-            record.is_system_transaction,
-            record.partition_token,
-        )
+        batch.add(record, row_per_mod)
+        if batch.rows >= rows_per_batch:
+            yield batch.to_arrow()
+            batch = _Columns(schema)
+    if batch.rows:
+        yield batch.to_arrow()
+
+
+class _Columns:
+    """Column lists being filled, one value per row (columnar, for speed)."""
+
+    def __init__(self, schema: pa.Schema) -> None:
+        self.schema = schema
+        self.columns: dict[str, list[object]] = {name: [] for name in schema.names}
+        self.rows = 0
+
+    def add(self, record: DataChangeRecord, row_per_mod: bool) -> None:
+        count = len(record.mods) if row_per_mod else 1
+        shared = {
+            "commit_timestamp": record.commit_timestamp,
+            "record_sequence": record.record_sequence,
+            "server_transaction_id": record.server_transaction_id,
+            "is_last_record_in_transaction_in_partition": (
+                record.is_last_record_in_transaction_in_partition
+            ),
+            "table_name": record.table_name,
+            "value_capture_type": record.value_capture_type,
+            "column_types": _json([c.to_dict() for c in record.column_types]),
+            "mod_type": record.mod_type,
+            "number_of_records_in_transaction": record.number_of_records_in_transaction,
+            "number_of_partitions_in_transaction": record.number_of_partitions_in_transaction,
+            "transaction_tag": record.transaction_tag,
+            "is_system_transaction": record.is_system_transaction,
+            "partition_token": record.partition_token,
+        }
+        columns = self.columns
+        for name, value in shared.items():
+            columns[name].extend([value] * count)
         if row_per_mod:
-            for index, mod in enumerate(record.mods):
-                row = (
-                    *head,
-                    index,
-                    _json(mod.keys),
-                    _json(mod.new_values),
-                    _json(mod.old_values),
-                    *tail,
-                )
-                for name, value in zip(schema.names, row, strict=True):
-                    columns[name].append(value)
-                count += 1
+            columns["mod_index"].extend(range(count))
+            columns["keys"].extend([_json(m.keys) for m in record.mods])
+            columns["new_values"].extend([_json(m.new_values) for m in record.mods])
+            columns["old_values"].extend([_json(m.old_values) for m in record.mods])
         else:
-            mods = [
-                {
-                    "keys": _json(m.keys),
-                    "new_values": _json(m.new_values),
-                    "old_values": _json(m.old_values),
-                }
-                for m in record.mods
-            ]
-            for name, value in zip(schema.names, (*head, mods, *tail), strict=True):
-                columns[name].append(value)
-            count += 1
-        if count >= rows_per_batch:
-            yield pa.RecordBatch.from_pydict(columns, schema=schema)
-            columns = {name: [] for name in schema.names}
-            count = 0
-    if count:
-        yield pa.RecordBatch.from_pydict(columns, schema=schema)
+            columns["mods"].append(
+                [
+                    {
+                        "keys": _json(m.keys),
+                        "new_values": _json(m.new_values),
+                        "old_values": _json(m.old_values),
+                    }
+                    for m in record.mods
+                ]
+            )
+        self.rows += count
+
+    def to_arrow(self) -> pa.RecordBatch:
+        return pa.RecordBatch.from_pydict(self.columns, schema=self.schema)

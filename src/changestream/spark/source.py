@@ -125,7 +125,7 @@ class ChangeStreamBatchReader(DataSourceReader):
             reads = batch_ranges(db, self.options.stream, self.start, self.end)
         finally:
             db.close()
-        return [RangesPartition(g) for g in group(reads, self.options.max_partitions)]
+        return [RangesPartition(g) for g in group(reads, self.options.tasks(streaming=False))]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(self.options, partition)
@@ -177,7 +177,7 @@ class ChangeStreamStreamReader(DataSourceStreamReader):
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         reads = ranges(Frontier.from_offset(start), Frontier.from_offset(end))
-        return [RangesPartition(g) for g in group(reads, self.options.max_partitions)]
+        return [RangesPartition(g) for g in group(reads, self.options.tasks(streaming=True))]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(self.options, partition)
