@@ -12,6 +12,7 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	$(VENV)/bin/changestream demo
+	$(VENV)/bin/changestream demo --pipeline
 
 test: $(STAMP)
 	$(PY) -m pytest -q
@@ -29,6 +30,8 @@ bench: $(STAMP)
 	$(PY) benchmarks/stream_client.py
 	$(PY) benchmarks/watch.py
 	$(PY) benchmarks/server.py
+	$(PY) benchmarks/spark_read.py
+	$(PY) benchmarks/pipeline.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info

@@ -584,11 +584,45 @@ def run_tour(db: EmbeddedDatabase, console: Console, tail_seconds: float, path: 
     help="Instead: drive a skewed load for this many seconds (default 10) and show the "
     "partitions splitting on the hot range, then merging back while idle.",
 )
-def demo(path: str | None, tail_seconds: float, load_seconds: float | None) -> None:
+@click.option(
+    "--pipeline",
+    "pipeline_seconds",
+    type=click.FloatRange(min=1),
+    is_flag=False,
+    flag_value=10.0,
+    default=None,
+    help="Instead: define a stream, run its pipeline on Spark local[2] while a writer "
+    "commits for this many seconds (default 10), then drain it; shows the event files and "
+    "the Delta replica catching up (needs the spark extra and Java 17+).",
+)
+@click.option(
+    "--dir",
+    "directory",
+    type=click.Path(file_okay=False),
+    help="With --pipeline: keep the database, event files and replica in this new (or empty) "
+    "directory (default: a temporary one).",
+)
+def demo(
+    path: str | None,
+    tail_seconds: float,
+    load_seconds: float | None,
+    pipeline_seconds: float | None,
+    directory: str | None,
+) -> None:
     """A guided tour: splits, the query workflow, a merge, and live tailing.
 
-    With --load, the partitions following a skewed write load instead.
+    With --load, the partitions following a skewed write load instead; with --pipeline, a
+    stream run on Spark into event files and a Delta Lake replica.
     """
+    if pipeline_seconds is not None:
+        if load_seconds is not None or path is not None:
+            raise click.UsageError("--pipeline does not combine with --load or --path")
+        from changestream.cli.pipeline_demo import run_pipeline_demo
+
+        run_pipeline_demo(Console(), pipeline_seconds, directory)
+        return
+    if directory is not None:
+        raise click.UsageError("--dir applies to --pipeline only (use --path for the tour)")
     if path is not None and os.path.exists(path):
         raise click.BadParameter(f"{path!r} exists; the demo needs a new file", param_hint="--path")
     console = Console()

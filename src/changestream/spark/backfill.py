@@ -101,18 +101,23 @@ class KeyCodec:
         return tuple(decode(v) for decode, v in zip(self._decode, data, strict=True))
 
 
+def _ordered(key: Key) -> tuple[tuple[int, Any], ...]:
+    """A key made comparable in SQLite's order, where NULL sorts before every value."""
+    return tuple((0, 0) if value is None else (1, value) for value in key)
+
+
 class Coverage:
     """Which CDC changes of one table a finished backfill already holds: a change of a row in
     chunk *i* is covered when committed at or before chunk *i*'s snapshot."""
 
     def __init__(self, table: Table, backfill: ObjectBackfill) -> None:
         codec = KeyCodec(table)
-        self._boundaries = [codec.load(k) for k in backfill.detail.get(PLAN, [])]
+        self._boundaries = [_ordered(codec.load(k)) for k in backfill.detail.get(PLAN, [])]
         self._read_at = [
             int(backfill.detail[f"{DONE_PREFIX}{i}"]) for i in range(len(self._boundaries) + 1)
         ]
         self._key = table.primary_key
 
     def covers(self, payload: Mapping[str, Any], commit_timestamp: int) -> bool:
-        key = tuple(payload[name] for name in self._key)
+        key = _ordered(tuple(payload[name] for name in self._key))
         return commit_timestamp <= self._read_at[bisect.bisect_left(self._boundaries, key)]

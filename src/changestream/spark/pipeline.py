@@ -145,8 +145,15 @@ class Pipeline:
 
     @property
     def checkpoint(self) -> Path:
-        """Where Spark keeps the query's offsets and commits."""
-        return Path(self.definition.destination) / "_changestream" / self.name / "checkpoint"
+        """Where Spark keeps the query's offsets and commits: one directory per stream
+        incarnation, so a stream deleted and created again under the same name starts anew."""
+        return (
+            Path(self.definition.destination) / "_changestream" / self._incarnation / "checkpoint"
+        )
+
+    @property
+    def _incarnation(self) -> str:
+        return f"{self.name}-{self.definition.created_at}"
 
     # -- running -------------------------------------------------------------------------
 
@@ -290,7 +297,7 @@ class Pipeline:
             self._backfill(batch.sparkSession, tables)
             rows = batch.toArrow()
             events = self._cdc_events(rows, tables)
-            self._deliver(events, f"cdc-{batch_id}")
+            self._deliver(events, f"{self._incarnation}-cdc-{batch_id}")
             stamps = rows.column("commit_timestamp").cast(pa.int64()).to_pylist()
             self.catalog.update_progress(
                 self.name, add_rows=len(events), last_commit_timestamp=max(stamps, default=None)
@@ -338,7 +345,7 @@ class Pipeline:
                     read.read_timestamp,
                     read.read_timestamp,
                 )
-                self._deliver(events, f"backfill-{obj}-{read.chunk.index}")
+                self._deliver(events, f"{self._incarnation}-backfill-{obj}-{read.chunk.index}")
                 done = {f"{DONE_PREFIX}{read.chunk.index}": read.read_timestamp}
                 self.catalog.set_object_backfill(
                     self.name, obj, "running", add_rows=len(events), detail=done

@@ -1,0 +1,456 @@
+"""More of the Spark source and pipeline on one real local[2] SparkSession: event files read by
+standard readers, tables added to a FOR ALL stream, reads through a server, pause and drain."""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import decimal
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pyspark")
+
+import fastavro
+import pyarrow as pa
+import pyarrow.json as pa_json
+
+import changestream
+from changestream.clock import format_ts, now_us, parse_ts
+from changestream.datastream import StreamCatalog, StreamDefinition
+from changestream.datastream.files import event_files, read_events
+from changestream.spark.pipeline import Pipeline, PipelineOptions, PipelineStatus
+from changestream.spark.replica import DeltaReplica
+from tests.spark_support import create_items_db, write_items
+
+pytestmark = pytest.mark.spark
+
+ALL = (
+    "CREATE CHANGE STREAM Everything FOR ALL "
+    "OPTIONS (value_capture_type = 'NEW_ROW_AND_OLD_VALUES')"
+)
+KINDS = (
+    "CREATE TABLE Kinds (Id INT64 NOT NULL, Flag BOOL, Score FLOAT64, Price NUMERIC, "
+    "Name STRING(MAX), Blob BYTES(MAX), Day DATE, Moment TIMESTAMP, Doc JSON, "
+    "Tags ARRAY<INT64>) PRIMARY KEY (Id)"
+)
+KIND_COLUMNS = ["Id", "Flag", "Score", "Price", "Name", "Blob", "Day", "Moment", "Doc", "Tags"]
+ITEMS = "CREATE TABLE Items (Id INT64 NOT NULL, Name STRING(MAX), Qty INT64) PRIMARY KEY (Id)"
+ORDERS = "CREATE TABLE Orders (OrderId STRING(MAX) NOT NULL, Total NUMERIC) PRIMARY KEY (OrderId)"
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    from changestream.spark import local_session
+
+    session = local_session()
+    yield session
+    session.stop()
+
+
+def _kind(i: int) -> list[Any]:
+    return [
+        i,
+        i % 2 == 0,
+        i + 0.25,
+        decimal.Decimal(f"{i}.50"),
+        f"name {i}",
+        bytes([i, 0, 255]),
+        dt.date(2024, 5, i),
+        dt.datetime(2024, 5, 1, 9, 0, i, 123456, tzinfo=dt.UTC),
+        {"n": i, "list": [i, "x"]},
+        [i, None, i * 10],
+    ]
+
+
+def _define(path: str, root: Path, name: str, **extra: Any) -> StreamDefinition:
+    definition = StreamDefinition(
+        name=name,
+        database=path,
+        change_stream="Everything",
+        destination=str(root / name / "events"),
+        **extra,
+    )
+    with changestream.open(path) as db:
+        catalog = StreamCatalog(db)
+        catalog.create(definition)
+        catalog.transition(name, "start")
+    return definition
+
+
+def _run(spark: Any, path: str, name: str, **options: Any) -> PipelineStatus:
+    opts = PipelineOptions(until_caught_up=True, trigger_seconds=0.5, **options)
+    return Pipeline(name, path, opts, spark=spark).run()
+
+
+def _table(path: str, name: str) -> Any:
+    with changestream.open(path) as db:
+        return next(t for t in db.tables() if t.name == name)
+
+
+def _replica(root: Path, path: str, table: str) -> list[tuple[Any, ...]]:
+    return DeltaReplica(root, Path(path).stem, _table(path, table)).read_rows()
+
+
+def _source(path: str, table: str) -> list[tuple[Any, ...]]:
+    with changestream.open(path) as db:
+        return db.read(table)
+
+
+# -- (a) the event files, read by Spark, pyarrow and fastavro ---------------------------------
+
+
+def _payload_json(row: list[Any]) -> dict[str, Any]:
+    """The event JSON payload of a Kinds row (the seed's JSON column types)."""
+    i, flag, score, price, name, blob, day, moment, doc, tags = row
+    return {
+        "Id": i,
+        "Flag": flag,
+        "Score": score,
+        "Price": format(price, "f"),
+        "Name": name,
+        "Blob": base64.b64encode(blob).decode(),
+        "Day": day.isoformat(),
+        "Moment": format_ts(parse_ts(moment)),
+        "Doc": json.dumps(doc, sort_keys=True, separators=(",", ":")),
+        "Tags": tags,
+    }
+
+
+def test_event_files_are_read_by_spark_pyarrow_and_fastavro(spark: Any, tmp_path: Path) -> None:
+    path = str(tmp_path / "kinds.db")
+    with changestream.open(path) as db:
+        db.execute_ddl([KINDS, ALL])
+        with db.transaction() as tx:
+            tx.insert("Kinds", KIND_COLUMNS, [_kind(i) for i in (1, 2, 3)])
+    _define(path, tmp_path, "asjson", format="json")
+    # Avro without backfill (the encodings are the same; it saves a pipeline run).
+    _define(path, tmp_path, "asavro", format="avro", backfill="none")
+    _run(spark, path, "asjson")  # backfill: rows 1, 2, 3
+    updated = _kind(1)
+    updated[4], updated[8] = "renamed", {"n": 0}
+    with changestream.open(path) as db, db.transaction() as tx:
+        tx.update("Kinds", KIND_COLUMNS, [updated])
+        tx.delete("Kinds", [[2]])
+        tx.insert("Kinds", KIND_COLUMNS, [_kind(4)])
+    for name in ("asjson", "asavro"):
+        _run(spark, path, name)  # CDC: an UPDATE, a DELETE, an INSERT
+    expected = {  # (read method, change type, Id) -> payload
+        ("changestream-backfill", "INSERT", 1): _payload_json(_kind(1)),
+        ("changestream-backfill", "INSERT", 2): _payload_json(_kind(2)),
+        ("changestream-backfill", "INSERT", 3): _payload_json(_kind(3)),
+        ("changestream-cdc", "UPDATE", 1): _payload_json(updated),
+        ("changestream-cdc", "DELETE", 2): _payload_json(_kind(2)),  # the last row
+        ("changestream-cdc", "INSERT", 4): _payload_json(_kind(4)),
+    }
+
+    # JSON lines, through the project's reader: the reference for the others.
+    json_root = tmp_path / "asjson" / "events"
+    json_files = event_files(json_root)
+    assert json_files and all(f.suffix == ".jsonl" for f in json_files)
+    events = {e["uuid"]: e for f in json_files for e in read_events(f)}
+
+    def key(event: dict[str, Any]) -> tuple[str, str, int]:
+        meta = event["source_metadata"]
+        return event["read_method"], meta["change_type"], event["payload"]["Id"]
+
+    assert {key(e): e["payload"] for e in events.values()} == expected
+
+    # Spark's JSON reader, on the bucket layout <object>/<yyyy>/<mm>/<dd>/<HH>/<MM>/<uuid>.jsonl.
+    frame = spark.read.json(
+        str(json_root / "kinds_Kinds" / "*" / "*" / "*" / "*" / "*" / "*.jsonl")
+    )
+    assert "_corrupt_record" not in frame.columns
+    rows = frame.collect()
+    assert len(rows) == len(events)
+    for row in rows:
+        assert row.asDict(recursive=True) == events[row.uuid]
+    types = dict(frame.dtypes)
+    assert types["sort_keys"] == "array<bigint>"
+    assert types["source_metadata"].startswith("struct<")
+    assert frame.schema["payload"].dataType.fieldNames() == sorted(KIND_COLUMNS)
+
+    # pyarrow's JSON reader: the same values (it parses RFC 3339 text into timestamps).
+    for file in json_files:
+        table = pa_json.read_json(file)
+        for got, want in zip(table.to_pylist(), read_events(file), strict=True):
+            for name in ("read_timestamp", "source_timestamp"):
+                if isinstance(got[name], dt.datetime):
+                    got[name] = got[name].strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+            got_payload, want_payload = got.pop("payload"), want.pop("payload")
+            got_meta, want_meta = got.pop("source_metadata"), want.pop("source_metadata")
+            assert got == want
+            assert got_meta["change_type"] == want_meta["change_type"]
+            assert got_payload["Id"] == want_payload["Id"]
+            assert got_payload["Tags"] == want_payload["Tags"]
+            assert got_payload["Price"] == want_payload["Price"]
+            assert got_payload["Doc"] == want_payload["Doc"]
+
+    # Avro, read with fastavro alone: one schema per object in the header, logical types.
+    avro_files = event_files(tmp_path / "asavro" / "events")
+    assert avro_files and all(f.suffix == ".avro" for f in avro_files)
+    seen: dict[tuple[str, str, int], dict[str, Any]] = {}
+    for file in avro_files:
+        with open(file, "rb") as fo:
+            reader = fastavro.reader(fo)
+            schema: Any = reader.writer_schema
+            payload_type = next(f for f in schema["fields"] if f["name"] == "payload")["type"]
+            fields = [f["name"] for f in payload_type["fields"]]
+            assert fields == KIND_COLUMNS  # column values by index, in ordinal order
+            for record in reader:
+                assert isinstance(record, dict)
+                assert isinstance(record["read_timestamp"], dt.datetime)  # timestamp-millis
+                assert isinstance(record["source_timestamp"], dt.datetime)
+                assert len(record["sort_keys"]) == 4
+                meta = record["source_metadata"]
+                seen[(record["read_method"], meta["change_type"], record["payload"]["Id"])] = (
+                    record["payload"]
+                )
+    cdc = {k: v for k, v in expected.items() if k[0] == "changestream-cdc"}
+    assert set(seen) == set(cdc)
+    for (_, _, i), payload in seen.items():
+        row = updated if (i == 1 and payload["Name"] == "renamed") else _kind(i)
+        want = dict(zip(KIND_COLUMNS, row, strict=True))
+        assert payload["Id"] == want["Id"] and payload["Flag"] == want["Flag"]
+        assert payload["Score"] == want["Score"]
+        assert decimal.Decimal(payload["Price"]) == want["Price"]
+        assert payload["Blob"] == want["Blob"]
+        assert payload["Day"] == want["Day"]
+        assert payload["Moment"] == want["Moment"]
+        assert json.loads(payload["Doc"]) == want["Doc"]
+        assert payload["Tags"] == want["Tags"]
+    assert seen[("changestream-cdc", "UPDATE", 1)]["Name"] == "renamed"
+    # The project's reader gives the avro stream the same payloads as the JSON stream.
+    avro_events = [e for f in avro_files for e in read_events(f)]
+    assert {key(e): e["payload"] for e in avro_events} == cdc
+
+
+# -- (b) a table created after the stream's first run -------------------------------------------
+
+
+def test_a_table_created_after_the_first_run_is_backfilled_and_replicated(
+    spark: Any, tmp_path: Path
+) -> None:
+    path = str(tmp_path / "shop.db")
+    with changestream.open(path) as db:
+        db.execute_ddl([ITEMS, ALL])
+        with db.transaction() as tx:
+            tx.insert("Items", ["Id", "Name", "Qty"], [[i, f"i{i}", i] for i in range(50)])
+    definition = _define(path, tmp_path, "shop", replica=str(tmp_path / "replica"))
+    assert definition.include == ()
+    _run(spark, path, "shop", chunk_rows=20)
+    replica = tmp_path / "replica"
+    assert _replica(replica, path, "Items") == _source(path, "Items")
+    assert not (replica / "shop_Orders").exists()
+
+    with changestream.open(path) as db:
+        db.execute_ddl([ORDERS])
+        with db.transaction() as tx:
+            tx.insert("Orders", ["OrderId", "Total"], [[f"o{i:03d}", f"{i}.5"] for i in range(70)])
+        with db.transaction() as tx:
+            tx.update("Orders", ["OrderId", "Total"], [["o001", "99.99"]])
+            tx.delete("Orders", [["o002"]])
+            tx.update("Items", ["Id", "Qty"], [[1, 1000]])
+    _run(spark, path, "shop", chunk_rows=20)
+    assert _replica(replica, path, "Orders") == _source(path, "Orders")
+    assert _replica(replica, path, "Items") == _source(path, "Items")
+    with changestream.open(path) as db:
+        progress = StreamCatalog(db).progress("shop")
+    orders = progress.objects["shop_Orders"]
+    assert orders.status == "done" and orders.rows == 69  # backfilled on its own, in chunks
+    assert len(orders.detail["boundaries"]) >= 3
+    assert progress.objects["shop_Items"].rows == 50  # not backfilled again
+
+    # Then CDC for the new table, as for any other.
+    with changestream.open(path) as db, db.transaction() as tx:
+        tx.insert("Orders", ["OrderId", "Total"], [["o999", "1"]])
+        tx.delete("Orders", [["o003"]])
+    _run(spark, path, "shop")
+    assert _replica(replica, path, "Orders") == _source(path, "Orders")
+    events = [e for f in event_files(tmp_path / "shop" / "events") for e in read_events(f)]
+    orders_events = [e for e in events if e["object"] == "shop_Orders"]
+    assert len({e["uuid"] for e in events}) == len(events)
+    assert sum(e["read_method"] == "changestream-backfill" for e in orders_events) == 69
+    assert sorted(
+        (e["source_metadata"]["change_type"], e["payload"]["OrderId"])
+        for e in orders_events
+        if e["read_method"] == "changestream-cdc"
+    ) == [("DELETE", "o003"), ("INSERT", "o999")]
+
+
+# -- (c) the source through a server ------------------------------------------------------------
+
+
+def _sorted_rows(frame: Any) -> list[tuple[Any, ...]]:
+    return sorted(tuple(row) for row in frame.collect())
+
+
+def test_batch_read_through_a_server_url_equals_the_embedded_read(
+    spark: Any, tmp_path: Path, served: tuple[Any, str]
+) -> None:
+    databases, url = served
+    path = str(tmp_path / "items.db")
+    db = create_items_db(path)
+    start = now_us()
+    write_items(db, seed=31, transactions=40)  # with splits and merges
+    end = now_us()
+    databases.add("sparkextra", db)
+    try:
+
+        def read(database: str, **options: str) -> Any:
+            reader = (
+                spark.read.format("changestream")
+                .option("database", database)
+                .option("stream", "ItemStream")
+                .option("startTimestamp", format_ts(start))
+                .option("endTimestamp", format_ts(end))
+            )
+            for name, value in options.items():
+                reader = reader.option(name, value)
+            return reader.load()
+
+        remote = f"{url}/sparkextra"
+        embedded_rows = _sorted_rows(read(path))
+        assert len(embedded_rows) > 40
+        assert _sorted_rows(read(remote)) == embedded_rows
+        assert _sorted_rows(read(remote, rowPerMod="true")) == _sorted_rows(
+            read(path, rowPerMod="true")
+        )
+    finally:
+        databases.remove("sparkextra")
+        db.close()
+
+
+# -- (d) pause and drain while the pipeline runs -----------------------------------------------
+
+
+class Background:
+    """``Pipeline.run()`` in a thread; ``result()`` waits for what it returned (or raised)."""
+
+    def __init__(self, run: Callable[[], PipelineStatus]) -> None:
+        self._run = run
+        self._outcome: list[Any] = []
+        self._thread = threading.Thread(target=self._target, daemon=True)
+        self._thread.start()
+
+    def _target(self) -> None:
+        try:
+            self._outcome.append(self._run())
+        except BaseException as exc:
+            self._outcome.append(exc)
+
+    def result(self, timeout: float) -> PipelineStatus:
+        self._thread.join(timeout)
+        assert not self._thread.is_alive(), f"run() did not return within {timeout}s"
+        (outcome,) = self._outcome
+        if isinstance(outcome, BaseException):
+            raise outcome
+        assert isinstance(outcome, PipelineStatus)
+        return outcome
+
+
+def _wait_for_state(path: str, name: str, state: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with changestream.open(path) as db:
+            if StreamCatalog(db).get(name).state.value == state:
+                return
+        time.sleep(0.2)
+    raise AssertionError(f"stream {name} did not reach {state} within {timeout}s")
+
+
+def test_pause_and_drain_stop_a_running_pipeline_in_state_paused(
+    spark: Any, tmp_path: Path
+) -> None:
+    path = str(tmp_path / "shop.db")
+    with changestream.open(path) as db:
+        db.execute_ddl([ITEMS, ALL])
+        with db.transaction() as tx:
+            tx.insert("Items", ["Id", "Name", "Qty"], [[i, f"i{i}", i] for i in range(30)])
+    _define(path, tmp_path, "live", replica=str(tmp_path / "replica"))
+    options = PipelineOptions(trigger_seconds=0.5, poll_seconds=0.2)  # runs until told
+
+    # Pause: run() returns with the stream Paused.
+    running = Background(lambda: Pipeline("live", path, options, spark=spark).run())
+    _wait_for_state(path, "live", "Running")
+    with changestream.open(path) as db:
+        StreamCatalog(db).transition("live", "pause")
+    status = running.result(timeout=60)
+    assert status.state == "Paused"
+    with changestream.open(path) as db:
+        assert StreamCatalog(db).get("live").state.value == "Paused"
+        StreamCatalog(db).transition("live", "resume")
+
+    # Drain: Draining, then Paused once everything committed before the drain has landed.
+    running = Background(lambda: Pipeline("live", path, options, spark=spark).run())
+    _wait_for_state(path, "live", "Running")
+    with changestream.open(path) as db:
+        for n in range(5):
+            with db.transaction() as tx:
+                tx.insert_or_update(
+                    "Items", ["Id", "Name", "Qty"], [[100 + n, "late", n], [n, "changed", -n]]
+                )
+        with db.transaction() as tx:
+            tx.delete("Items", [[7]])
+        StreamCatalog(db).transition("live", "drain")
+        assert StreamCatalog(db).get("live").state.value == "Draining"
+    status = running.result(timeout=90)
+    assert status.state == "Paused"
+    with changestream.open(path) as db:
+        catalog = StreamCatalog(db)
+        assert catalog.get("live").state.value == "Paused"
+        assert catalog.errors("live") == []
+    assert _replica(tmp_path / "replica", path, "Items") == _source(path, "Items")
+
+
+def test_pyarrow_reads_a_whole_destination_of_jsonl_files_as_one_table(tmp_path: Path) -> None:
+    """The files of one object share a shape, so a reader can concatenate them (no Spark)."""
+    from changestream.datastream.events import backfill_events
+    from changestream.datastream.files import EventFileWriter
+
+    path = str(tmp_path / "kinds.db")
+    with changestream.open(path) as db:
+        db.execute_ddl([KINDS])
+        table = next(t for t in db.tables() if t.name == "Kinds")
+    writer = EventFileWriter(tmp_path / "events", "json", max_file_bytes=600)
+    rows = [tuple(_kind(i)) for i in range(1, 9)]
+    written = writer.write(backfill_events("s", "kinds", table, rows, now_us(), now_us()))
+    assert len(written) > 2  # rotated by size
+    tables = [pa_json.read_json(f) for f in event_files(tmp_path / "events")]
+    combined = pa.concat_tables(tables, promote_options="default")
+    assert combined.num_rows == 8
+    assert sorted(combined.column("payload").combine_chunks().field("Id").to_pylist()) == list(
+        range(1, 9)
+    )
+
+
+def test_a_recreated_stream_starts_from_its_own_start_not_the_deleted_streams_checkpoint(
+    spark: Any, tmp_path: Path
+) -> None:
+    path = str(tmp_path / "shop.db")
+    with changestream.open(path) as db:
+        db.execute_ddl([ITEMS, ALL])
+    definition = _define(path, tmp_path, "again", backfill="none")
+    with changestream.open(path) as db, db.transaction() as tx:
+        tx.insert("Items", ["Id", "Name", "Qty"], [[1, "first stream", 1]])
+    _run(spark, path, "again")
+    with changestream.open(path) as db:
+        catalog = StreamCatalog(db)
+        catalog.transition("again", "pause")
+        catalog.delete("again")
+        with db.transaction() as tx:
+            tx.insert("Items", ["Id", "Name", "Qty"], [[2, "while there is no stream", 2]])
+        catalog.create(definition)
+        catalog.transition("again", "start")
+        with db.transaction() as tx:
+            tx.insert("Items", ["Id", "Name", "Qty"], [[3, "second stream", 3]])
+    _run(spark, path, "again")
+    events = [e for f in event_files(definition.destination) for e in read_events(f)]
+    # backfill "none": each stream emits the changes from its own start only.
+    assert sorted(e["payload"]["Name"] for e in events) == ["first stream", "second stream"]
