@@ -59,6 +59,9 @@ from changestream.streams.interface import Database
 
 log = logging.getLogger(__name__)
 
+#: The state a status reports once the stream's definition is gone.
+DELETED = "Deleted"
+
 #: Errors worth retrying: the destination or the source may come back.
 RETRIABLE = (OSError, Unavailable, DatabaseBusy, TimeoutError)
 
@@ -171,7 +174,7 @@ class Pipeline:
         restarts = 0
         try:
             while True:
-                self._failure = None
+                self._failure, self._started = None, False
                 try:
                     query = self._start_query(spark, start)
                 except Exception as exc:
@@ -251,7 +254,7 @@ class Pipeline:
             caught_up = status.frontier is not None and all(
                 s == "done" for s in status.backfill.values()
             )
-            if status.state == StreamState.PAUSED.value:
+            if status.state in (StreamState.PAUSED.value, DELETED):
                 return status
             if status.state == StreamState.DRAINING.value:
                 drain_target = drain_target or now_us()
@@ -275,12 +278,12 @@ class Pipeline:
         try:
             state = self.catalog.get(self.name).state.value
         except NotFound:
-            state = "Deleted"
+            state = DELETED
         frontier = _frontier(query)
-        if frontier is not None and frontier != self._reported and state != "Deleted":
+        if frontier is not None and frontier != self._reported and state != DELETED:
             self.catalog.update_progress(self.name, last_commit_timestamp=frontier)
             self._reported = frontier
-        progress = self.catalog.progress(self.name) if state != "Deleted" else None
+        progress = self.catalog.progress(self.name) if state != DELETED else None
         return PipelineStatus(
             state=state,
             rows_processed=0 if progress is None else progress.rows_processed,
