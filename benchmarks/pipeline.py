@@ -143,10 +143,10 @@ def instrumented_pipeline(batches: Batches) -> type:
             with batches.lock:
                 batches.rows.append(row)
 
-        def _cdc_events(self, rows: Any, tables: Any) -> Any:
+        def _cdc_events(self, rows: Any, stamps: Any, tables: Any) -> Any:
             batches.current["rows"] = rows.num_rows
             began = time.perf_counter()
-            events = super()._cdc_events(rows, tables)
+            events = super()._cdc_events(rows, stamps, tables)
             batches.add("events_s", time.perf_counter() - began)
             return events
 

@@ -53,6 +53,7 @@ from changestream.spark.backfill import (
     plan_boundaries,
     read_chunks,
 )
+from changestream.spark.frontier import Frontier
 from changestream.spark.replica import DeltaReplica
 from changestream.spark.session import local_session
 from changestream.streams.interface import Database
@@ -299,9 +300,9 @@ class Pipeline:
             tables = {t.name: t for t in self.definition.tables(self.db)}
             self._backfill(batch.sparkSession, tables)
             rows = batch.toArrow()
-            events = self._cdc_events(rows, tables)
-            self._deliver(events, f"{self._incarnation}-cdc-{batch_id}")
             stamps = rows.column("commit_timestamp").cast(pa.int64()).to_pylist()
+            events = self._cdc_events(rows, stamps, tables)
+            self._deliver(events, f"{self._incarnation}-cdc-{batch_id}")
             self.catalog.update_progress(
                 self.name, add_rows=len(events), last_commit_timestamp=max(stamps, default=None)
             )
@@ -356,9 +357,11 @@ class Pipeline:
                 self.catalog.update_progress(self.name, add_rows=len(events))
             self.catalog.set_object_backfill(self.name, obj, "done")
 
-    def _cdc_events(self, rows: pa.Table, tables: dict[str, Table]) -> list[Event]:
+    def _cdc_events(
+        self, rows: pa.Table, stamps: list[int], tables: dict[str, Table]
+    ) -> list[Event]:
+        """Events of a micro-batch's rows (``stamps``: their commit timestamps in µs)."""
         mods: dict[str, list[CdcMod]] = defaultdict(list)
-        stamps = rows.column("commit_timestamp").cast(pa.int64()).to_pylist()
         columns = {
             name: rows.column(name).to_pylist()
             for name in (
@@ -454,9 +457,9 @@ def _frontier(query: StreamingQuery) -> int | None:
     offset: Any = progress["sources"][0].get("endOffset")
     if isinstance(offset, str):
         offset = json.loads(offset)
-    if not isinstance(offset, dict) or "watermark" not in offset:
+    if not isinstance(offset, dict):
         return None
-    return int(offset["watermark"])
+    return Frontier.from_offset(offset).watermark
 
 
 def run_pipeline(

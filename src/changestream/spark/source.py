@@ -42,13 +42,6 @@ from changestream.spark.rows import record_batches, spark_schema
 from changestream.streams.interface import Database
 
 
-class RangesPartition(InputPartition):
-    """One Spark task: some partition ranges, read one after another."""
-
-    def __init__(self, reads: list[ReadRange]) -> None:
-        super().__init__(reads)
-
-
 class ChangeStreamDataSource(DataSource):
     """Reads a change stream, one row per data change record (or per mod, ``rowPerMod``)."""
 
@@ -92,6 +85,7 @@ def _check_stream(options: SourceOptions) -> None:
 
 
 def _read(options: SourceOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    """One Spark task: its partition ranges (``partition.value``), one after another."""
     reads: list[ReadRange] = partition.value
     db = _open(options)
     try:
@@ -125,7 +119,7 @@ class ChangeStreamBatchReader(DataSourceReader):
             reads = batch_ranges(db, self.options.stream, self.start, self.end)
         finally:
             db.close()
-        return [RangesPartition(g) for g in group(reads, self.options.tasks(streaming=False))]
+        return [InputPartition(g) for g in group(reads, self.options.tasks(streaming=False))]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(self.options, partition)
@@ -177,7 +171,7 @@ class ChangeStreamStreamReader(DataSourceStreamReader):
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         reads = ranges(Frontier.from_offset(start), Frontier.from_offset(end))
-        return [RangesPartition(g) for g in group(reads, self.options.tasks(streaming=True))]
+        return [InputPartition(g) for g in group(reads, self.options.tasks(streaming=True))]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(self.options, partition)
