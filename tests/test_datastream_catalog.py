@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 
@@ -259,7 +260,15 @@ def test_progress_errors_and_describe(source: tuple[changestream.Database, str])
     ]
     assert described["last_processed_commit_timestamp"] == changestream.clock.format_ts(snapshot)
     assert described["cdc_start_timestamp"] == changestream.clock.format_ts(snapshot)
-    assert 0 <= described["lag_seconds"] < 600
+    # No pipeline attached: no lag is claimed; a runner's heartbeat brings its lag.
+    assert described["lag_seconds"] is None and described["pipeline_attached"] is False
+    catalog.heartbeat("orders", 1.5)
+    described = catalog.describe("orders")
+    assert described["pipeline_attached"] is True and described["lag_seconds"] == 1.5
+    assert described["pipeline"]["pid"] == os.getpid()
+    catalog.heartbeat("orders", None, attached=False)
+    assert catalog.describe("orders")["pipeline_attached"] is False
+    assert catalog.progress("orders").detail["epoch"] == 1
     assert described["definition"]["include"] == ["Orders", "Users"]
 
     catalog.record_error("orders", "shop_Users", "bad value in row ('EU', 'x')", retriable=False)

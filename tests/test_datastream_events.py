@@ -124,8 +124,12 @@ def test_uuids_are_deterministic_per_change(tmp_path: Path) -> None:
     row = (5, "a", "b")
     backfill = backfill_events("s", "db", table, [row], 50, read_timestamp_us=1)[0]
     assert backfill_events("s", "db", table, [row], 50, 2)[0].uuid == backfill.uuid
-    assert backfill_events("s", "db", table, [(5, "changed", "b")], 50, 2)[0].uuid == backfill.uuid
-    assert backfill_events("s", "db", table, [row], 51, 2)[0].uuid != backfill.uuid
+    # Uuids follow what was read, not when: the same row read again in a later snapshot (a
+    # chunk re-read after a crash) keeps its uuid; a changed row gets another.
+    assert backfill_events("s", "db", table, [row], 51, 2)[0].uuid == backfill.uuid
+    backfill_identity = orjson.dumps(["backfill", "s", "db_SAMPLE", [5, "a", "b"]]).decode()
+    assert backfill.uuid == str(uuid.uuid5(namespace, backfill_identity))
+    assert backfill_events("s", "db", table, [(5, "changed", "b")], 50, 2)[0].uuid != backfill.uuid
     assert backfill_events("s", "db", table, [(6, "a", "b")], 50, 2)[0].uuid != backfill.uuid
     assert backfill.uuid != first.uuid
 

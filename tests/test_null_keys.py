@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 import changestream
-from changestream.datastream.catalog import ObjectBackfill
 
 NULLABLE_INT_KEY = "CREATE TABLE N (K INT64, V STRING(MAX)) PRIMARY KEY (K)"
 NULLABLE_STRING_KEY = "CREATE TABLE S (K STRING(MAX), V STRING(MAX)) PRIMARY KEY (K)"
@@ -43,17 +42,3 @@ def test_a_row_with_a_null_key_can_be_updated_and_deleted(tmp_path: Path) -> Non
         with db.transaction() as tx:
             tx.delete("S", [[None]])
         assert db.read("S") == [("x", "b")]
-
-
-def test_backfill_coverage_places_a_null_key_in_the_first_chunk(tmp_path: Path) -> None:
-    pytest.importorskip("pyspark")
-    from changestream.spark.backfill import Coverage
-
-    with changestream.open(str(tmp_path / "s.db")) as db:
-        db.execute_ddl([NULLABLE_STRING_KEY])
-        (table,) = db.tables()
-    backfill = ObjectBackfill("done", 3, {"boundaries": [["k3"]], "chunk-0": 100, "chunk-1": 200})
-    coverage = Coverage(table, backfill)
-    assert coverage.covers({"K": "k1", "V": None}, 150) is False  # chunk 0, read at 100
-    assert coverage.covers({"K": "k5", "V": None}, 150) is True  # chunk 1, read at 200
-    assert coverage.covers({"K": None, "V": None}, 50) is True  # NULL sorts first: chunk 0

@@ -89,7 +89,27 @@ def test_batches_read_every_record_once_and_children_after_parents(
     for token, batch in first_batch.items():
         for parent in parts[token].parent_tokens:
             if parent in last_batch:
-                assert last_batch[parent] < batch, "a child is read after its parents ended"
+                # A child's first batch is the one reading its parents' last records, or later.
+                assert last_batch[parent] <= batch, "a child is read after its parents ended"
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10_000))
+def test_every_generation_ending_inside_a_batch_is_admitted_in_that_batch(seed: int) -> None:
+    parts, records = _history(seed, steps=400)
+    roots = [p.token for p in parts.values() if p.start_timestamp == 1]
+    frontier = Frontier.initial(1, roots)
+    end = advance(frontier, parts, 401)
+    reads = ranges(frontier, end)
+    # One batch reads the whole lineage: no partition waits for a later batch.
+    assert end.ended == {} and end.watermark == 401
+    assert {r.token for r in reads} == set(parts)
+    read = sorted(
+        (ts, tok) for r in reads for ts, tok in records if tok == r.token and r.start <= ts <= r.end
+    )
+    assert read == sorted(records)
+    # Nothing is left for the next batch.
+    assert ranges(end, advance(end, parts, 401)) == []
 
 
 def test_a_stored_offset_of_another_version_is_refused() -> None:

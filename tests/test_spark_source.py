@@ -122,15 +122,81 @@ def test_bad_options_fail_at_load_naming_the_option(
         reader.load()
 
 
-def test_batch_read_needs_a_start_and_refuses_streaming_options(spark: Any, tmp_path: Path) -> None:
+def test_batch_positions_earliest_latest_aliases_and_fail_on_data_loss(
+    spark: Any, tmp_path: Path
+) -> None:
     path = str(tmp_path / "items.db")
-    create_items_db(path).close()
+    db = create_items_db(path)
+    created = min(p.start_timestamp for p in db.partition_history("ItemStream"))
+    write_items(db, seed=6, transactions=20)
+    end = now_us()
+    everything = [r for p in read_lineage(db, "ItemStream", created, end) for r in p.records]
+    db.close()
     base = spark.read.format("changestream").option("database", path)
-    base = base.option("stream", "ItemStream")
-    with pytest.raises(Exception, match="'startTimestamp' is required"):
-        base.load().collect()
-    with pytest.raises(Exception, match="'startingTimestamp' does not apply to a batch read"):
-        base.option("startingTimestamp", "2026-01-01T00:00:00Z").load().collect()
+    base = base.option("stream", "ItemStream").option("endingTimestamp", format_ts(end))
+    assert len(everything) > 20
+    # No start, 'earliest', and the older option name all read from the oldest retained change.
+    assert base.load().count() == len(everything)
+    assert base.option("startingTimestamp", "earliest").load().count() == len(everything)
+    alias = spark.read.format("changestream").option("database", path)
+    alias = alias.option("stream", "ItemStream").option("startTimestamp", format_ts(created))
+    assert alias.option("endTimestamp", format_ts(end)).load().count() == len(everything)
+    latest = base.option("startingTimestamp", "latest").option("endingTimestamp", "latest")
+    assert latest.load().count() == 0
+    # A start before anything retained fails at load(), unless failOnDataLoss is false.
+    before = base.option("startingTimestamp", format_ts(created - 60_000_000))
+    with pytest.raises(Exception, match=r"older than the oldest retained change.*failOnDataLoss"):
+        before.load()
+    assert before.option("failOnDataLoss", "false").load().count() == len(everything)
+    with pytest.raises(Exception, match="'maxRecordsPerTrigger' does not apply to a batch read"):
+        base.option("maxRecordsPerTrigger", "5").load().collect()
+    with pytest.raises(Exception, match="'endingTimestamp' must be a timestamp or 'latest'"):
+        base.option("endingTimestamp", "earliest").load()
+
+
+def _counting_query(spark: Any, path: str, trigger: dict[str, Any], batches: list[int]) -> Any:
+    def count(batch: Any, batch_id: int) -> None:
+        batches.append(batch.count())
+
+    frame = (
+        spark.readStream.format("changestream")
+        .option("database", path)
+        .option("stream", "ItemStream")
+        .option("startingTimestamp", "earliest")
+        .option("rowPerMod", "true")
+        .option("maxRecordsPerTrigger", "50")
+        .load()
+    )
+    return frame.writeStream.foreachBatch(count).trigger(**trigger).start()
+
+
+def test_available_now_honours_max_records_and_an_idle_stream_makes_no_batches(
+    spark: Any, tmp_path: Path
+) -> None:
+    path = str(tmp_path / "items.db")
+    db = create_items_db(path)
+    write_items(db, seed=7, transactions=30)
+    end = now_us()
+    created = min(p.start_timestamp for p in db.partition_history("ItemStream"))
+    mods = sum(len(r.mods) for p in read_lineage(db, "ItemStream", created, end) for r in p.records)
+    db.close()
+    batches: list[int] = []
+    query = _counting_query(spark, path, {"availableNow": True}, batches)
+    assert query.awaitTermination(120), "an availableNow query ends by itself"
+    assert query.exception() is None
+    assert sum(batches) == mods > 100
+    assert len(batches) >= mods // 50 and max(batches) <= 50 + 10  # whole commits at most
+    # Idle: a query started after the backlog is read makes no micro-batch per trigger.
+    idle: list[int] = []
+    query = _counting_query(spark, path, {"processingTime": "100 milliseconds"}, idle)
+    deadline = time.monotonic() + 60
+    while sum(idle) < mods and time.monotonic() < deadline:
+        time.sleep(0.2)
+    settled = len(idle)
+    time.sleep(3)  # thirty triggers of an idle stream
+    query.stop()
+    assert sum(idle) == mods
+    assert len(idle) == settled, "an idle stream must not make empty micro-batches"
 
 
 def _wait_for(sink: Path, expected: list[Any], timeout: float) -> list[Any]:

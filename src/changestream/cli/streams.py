@@ -76,6 +76,21 @@ def streams() -> None:
     show_default=True,
     help="automatic: emit every existing row before the changes; none: only the changes.",
 )
+@click.option(
+    "--file-rotation-mb",
+    type=float,
+    default=50.0,
+    show_default=True,
+    help="Close an event file once it holds this many megabytes.",
+)
+@click.option(
+    "--file-rotation-interval",
+    type=float,
+    default=60.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="Close an event file once its first event is this old.",
+)
 def create(
     name: str,
     db_path: str,
@@ -86,6 +101,8 @@ def create(
     include: str | None,
     exclude: str | None,
     backfill: str,
+    file_rotation_mb: float,
+    file_rotation_interval: float,
 ) -> None:
     """Define stream NAME, in state Not started.
 
@@ -108,6 +125,8 @@ def create(
             format=file_format,
             replica=replica,
             backfill=backfill,
+            file_rotation_mb=file_rotation_mb,
+            file_rotation_interval=file_rotation_interval,
         )
         catalog = StreamCatalog(db)
         info = catalog.create(definition)
@@ -151,13 +170,19 @@ def list_streams(db_path: str, as_json: bool) -> None:
     _print(table)
 
 
+def _attached(pipeline: dict[str, Any] | None) -> str:
+    if pipeline is None:
+        return "not attached (no `pipeline run` is running)"
+    return f"attached (pid {pipeline['pid']} on {pipeline['host']})"
+
+
 @streams.command()
 @click.argument("name")
 @click.option("--db", "db_path", required=True, metavar="PATH_OR_URL", help=_DB_HELP)
 @click.option("--json", "as_json", is_flag=True, help=_JSON_HELP)
 def describe(name: str, db_path: str, as_json: bool) -> None:
-    """Show stream NAME: state, definition, backfill progress per object, rows processed
-    and lag (seconds since the last processed commit)."""
+    """Show stream NAME: state, definition, backfill progress per object, rows processed,
+    whether a pipeline is attached and, while one is, its lag behind the source."""
     with open_database(db_path) as db:
         described = StreamCatalog(db).describe(name)
     if as_json:
@@ -177,6 +202,7 @@ def describe(name: str, db_path: str, as_json: bool) -> None:
         ("rows processed", str(described["rows_processed"])),
         ("last processed commit", described["last_processed_commit_timestamp"] or "-"),
         ("cdc start", described["cdc_start_timestamp"] or "-"),
+        ("pipeline", _attached(described["pipeline"])),
         ("lag", "-" if lag is None else f"{lag:.1f}s"),
     ):
         summary.add_row(label, value)

@@ -17,6 +17,8 @@ refused by the state machine), never applied blindly.
 from __future__ import annotations
 
 import builtins
+import os
+import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -30,6 +32,11 @@ from changestream.streams.interface import Database
 KIND = "datastream"
 PROGRESS_KIND = "datastream.progress"
 BACKFILL_STATUSES = ("pending", "running", "done")
+#: ``StreamProgress.detail`` keys: the last micro-batch counted, and the attached runner.
+LAST_BATCH = "last_batch_id"
+RUNNER = "runner"
+#: A runner whose heartbeat is older than this (seconds) is no longer attached.
+RUNNER_TIMEOUT_SECONDS = 15.0
 #: Read-modify-write attempts before a change gives up under constant contention.
 MAX_ATTEMPTS = 50
 
@@ -261,10 +268,13 @@ class StreamCatalog:
         last_commit_timestamp: int | None = None,
         cdc_start_timestamp: int | None = None,
         detail: Mapping[str, Any] | None = None,
+        batch_id: int | None = None,
     ) -> StreamProgress:
-        """Add ``add_rows`` to the rows processed; advance ``last_commit_timestamp`` (it never
-        moves back); set ``cdc_start_timestamp``; merge ``detail`` into the stream's detail
-        (the keys given replace those keys). Returns the progress as written."""
+        """Add ``add_rows`` to the rows processed (unless ``batch_id`` is given and not above
+        the last one recorded: a replayed micro-batch is counted once); advance
+        ``last_commit_timestamp`` (it never moves back); set ``cdc_start_timestamp``; merge
+        ``detail`` into the stream's detail (the keys given replace those keys). Returns the
+        progress as written."""
         _count(add_rows, "add_rows")
         if last_commit_timestamp is not None:
             _count(last_commit_timestamp, "last_commit_timestamp")
@@ -275,19 +285,40 @@ class StreamCatalog:
             last = progress.last_commit_timestamp
             if last_commit_timestamp is not None:
                 last = max(last or 0, last_commit_timestamp)
+            added, batches = add_rows, {}
+            if batch_id is not None:
+                if batch_id <= progress.detail.get(LAST_BATCH, -1):
+                    added = 0
+                batches = {LAST_BATCH: max(batch_id, progress.detail.get(LAST_BATCH, -1))}
             return replace(
                 progress,
-                rows_processed=progress.rows_processed + add_rows,
+                rows_processed=progress.rows_processed + added,
                 last_commit_timestamp=last,
                 cdc_start_timestamp=(
                     progress.cdc_start_timestamp
                     if cdc_start_timestamp is None
                     else cdc_start_timestamp
                 ),
-                detail={**progress.detail, **(detail or {})},
+                detail={**progress.detail, **(detail or {}), **batches},
             )
 
         return self._update_progress(name, change)
+
+    def heartbeat(self, name: str, lag_seconds: float | None, attached: bool = True) -> None:
+        """Record that this process runs the stream's pipeline, ``lag_seconds`` behind the
+        source (``attached=False``: it has stopped). ``describe`` shows a pipeline as attached
+        while its heartbeat is under ``RUNNER_TIMEOUT_SECONDS`` old."""
+        runner = (
+            {
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "heartbeat": now_us(),
+                "lag": lag_seconds,
+            }
+            if attached
+            else None
+        )
+        self.update_progress(name, detail={RUNNER: runner})
 
     def set_object_backfill(
         self,
@@ -344,7 +375,8 @@ class StreamCatalog:
     def describe(self, name: str) -> dict[str, Any]:
         """The stream for people and scripts: state, definition, backfill per object (status
         and rows), rows processed, the last processed commit, where CDC started, and lag
-        (seconds from the last processed commit to now; None before any)."""
+        (seconds behind the source, as the attached pipeline last measured it; None while no
+        pipeline is attached: one is when its runner's heartbeat is recent)."""
         info = self.get(name)
         definition = info.definition
         progress = self.progress(name)
@@ -367,6 +399,8 @@ class StreamCatalog:
             )
         last = progress.last_commit_timestamp
         cdc = progress.cdc_start_timestamp
+        runner: dict[str, Any] = progress.detail.get(RUNNER) or {}
+        attached = bool(runner) and (now_us() - runner["heartbeat"]) / 1e6 < RUNNER_TIMEOUT_SECONDS
         return {
             "name": definition.name,
             "state": info.state.value,
@@ -376,5 +410,11 @@ class StreamCatalog:
             "rows_processed": progress.rows_processed,
             "last_processed_commit_timestamp": None if last is None else format_ts(last),
             "cdc_start_timestamp": None if cdc is None else format_ts(cdc),
-            "lag_seconds": None if last is None else max(0.0, (now_us() - last) / 1e6),
+            "pipeline_attached": attached,
+            "pipeline": (
+                {"host": runner["host"], "pid": runner["pid"], "lag_seconds": runner["lag"]}
+                if attached
+                else None
+            ),
+            "lag_seconds": runner["lag"] if attached else None,
         }

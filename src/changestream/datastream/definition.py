@@ -64,8 +64,11 @@ class StreamDefinition:
     names the tables to stream (empty: every table the change stream watches, tables added
     later included); ``exclude`` leaves tables out. ``destination`` is the directory event
     files go to, in ``format`` (``json`` or ``avro``); ``replica`` an optional directory of
-    Delta Lake tables. ``backfill="automatic"`` emits every existing row before the changes,
-    ``"none"`` only the changes. ``created_at`` (µs) is set by the catalog.
+    Delta Lake tables. A file is closed once it holds ``file_rotation_mb`` megabytes or its
+    first event is ``file_rotation_interval`` seconds old (Datastream's rotation settings; a
+    slow trickle makes about one file per object per interval). ``backfill="automatic"``
+    emits every existing row before the changes, ``"none"`` only the changes. ``created_at``
+    (µs) is set by the catalog.
     """
 
     name: str
@@ -77,6 +80,8 @@ class StreamDefinition:
     format: str = "json"
     replica: str | None = None
     backfill: str = "automatic"
+    file_rotation_mb: float = 50.0
+    file_rotation_interval: float = 60.0
     created_at: int = 0
 
     def __post_init__(self) -> None:
@@ -100,6 +105,17 @@ class StreamDefinition:
             raise InvalidArgument(
                 f"backfill must be one of {', '.join(BACKFILL_MODES)}, got {self.backfill!r}"
             )
+        for label, low, high in (
+            ("file_rotation_mb", 0.001, 1024.0),
+            ("file_rotation_interval", 0.1, 86400.0),
+        ):
+            value = getattr(self, label)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise InvalidArgument(f"{label} must be a number, got {value!r}")
+            if not low <= value <= high:
+                raise InvalidArgument(
+                    f"{label} must be between {low:g} and {high:g}, got {value!r}"
+                )
         if self.replica is not None and (not isinstance(self.replica, str) or not self.replica):
             raise InvalidArgument(f"replica must be a directory or None, got {self.replica!r}")
         if self.replica is not None and _same_dir(self.replica, self.destination):
@@ -118,6 +134,11 @@ class StreamDefinition:
     def schema(self) -> str:
         """The schema of this stream's objects (see :func:`schema_name`)."""
         return schema_name(self.database)
+
+    @property
+    def max_file_bytes(self) -> int:
+        """``file_rotation_mb`` in bytes."""
+        return max(1, int(self.file_rotation_mb * 1024 * 1024))
 
     def object_name(self, table: str) -> str:
         """The object name of ``table``: ``<schema>_<table>``."""

@@ -18,8 +18,10 @@ microseconds and payload values are the Python values ``Database.read`` returns 
 Commit timestamps are unique per transaction, so these four numbers order every event of a row.
 
 ``uuid`` is a UUID 5 of what identifies the change — (stream, object, commit timestamp,
-transaction id, record sequence, mod index) for CDC, (stream, object, primary key, snapshot
-timestamp) for backfill — so an event re-emitted after a crash has the same uuid.
+transaction id, record sequence, mod index) for CDC, (stream, object, the row's values) for
+backfill — so an event re-emitted after a crash has the same uuid, and a backfill chunk read
+again after a crash gives each unchanged row the uuid of its first read (uuids follow what was
+read, not when).
 """
 
 from __future__ import annotations
@@ -165,7 +167,6 @@ class TablePlan:
     non_key: frozenset[str]
     json_encoders: tuple[Codec, ...]
     decoders: Mapping[str, Codec]
-    key_encoders: tuple[Codec, ...]
     schema_key: str
 
 
@@ -192,7 +193,6 @@ def table_plan(table: Table) -> TablePlan:
         non_key=frozenset(c.name for c in table.non_key_columns),
         json_encoders=tuple(json_encoder(c.type) for c in table.columns),
         decoders={c.name: record_decoder(c.type) for c in table.columns},
-        key_encoders=tuple(json_encoder(c.type) for c in table.key_columns),
         schema_key=hashlib.sha256(orjson.dumps(shape)).hexdigest()[:32],
     )
     _PLANS.setdefault(plan.schema_key, plan)
@@ -317,7 +317,6 @@ def backfill_events(
     """
     plan = table_plan(table)
     obj = object_name(database, table.name)
-    key_positions = [plan.names.index(name) for name in table.primary_key]
     metadata = SourceMetadata(
         database=database,
         table=table.name,
@@ -337,14 +336,14 @@ def backfill_events(
                 f"a row of table {table.name!r} must have {len(plan.names)} values "
                 f"({', '.join(plan.names)}), got {len(row)}"
             )
-        key = [encode(row[at]) for encode, at in zip(plan.key_encoders, key_positions, strict=True)]
+        encoded = [encode(value) for encode, value in zip(plan.json_encoders, row, strict=True)]
         events.append(
             Event(
                 stream_name=stream_name,
                 read_method=BACKFILL_READ_METHOD,
                 object=obj,
                 schema_key=plan.schema_key,
-                uuid=_uuid("backfill", stream_name, obj, key, snapshot_timestamp_us),
+                uuid=_uuid("backfill", stream_name, obj, encoded),
                 read_timestamp=read_timestamp_us,
                 source_timestamp=snapshot_timestamp_us,
                 sort_keys=sort_keys,

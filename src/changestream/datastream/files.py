@@ -34,7 +34,7 @@ from changestream.datastream.events import Event
 from changestream.errors import InvalidArgument
 
 FORMATS: Final = ("json", "avro")
-_EXTENSIONS: Final = {"json": ".jsonl", "avro": ".avro"}
+EXTENSIONS: Final = {"json": ".jsonl", "avro": ".avro"}
 DEFAULT_MAX_FILE_BYTES: Final = 50 * 1024 * 1024
 DEFAULT_MAX_FILE_SECONDS: Final = 60.0
 # Fixed so deterministic file names stay the same across processes and releases.
@@ -89,7 +89,7 @@ class _AvroSink:
         self._writer.flush()
 
 
-class _OpenFile:
+class EventFile:
     """A file being written under its temporary name."""
 
     def __init__(self, path: Path, format: str, first: Event, max_file_bytes: int) -> None:
@@ -161,7 +161,7 @@ class EventFileWriter:
             by_object.setdefault(event.object, []).append(event)
         written: list[Path] = []
         to_sync: set[Path] = set()
-        current: _OpenFile | None = None
+        current: EventFile | None = None
         try:
             for object_events in by_object.values():
                 index = 0
@@ -173,7 +173,7 @@ class EventFileWriter:
                     if current is None:
                         path = self._path(event, batch_id, index)
                         to_sync.update(_make_directories(path.parent))
-                        current = _OpenFile(path, self.format, event, self.max_file_bytes)
+                        current = EventFile(path, self.format, event, self.max_file_bytes)
                         index += 1
                     current.write(event)
                 if current is not None:
@@ -184,10 +184,10 @@ class EventFileWriter:
             if current is not None:
                 current.abort()
             raise
-        _sync_directories(to_sync | {path.parent for path in written})
+        sync_directories(to_sync | {path.parent for path in written})
         return written
 
-    def _must_rotate(self, file: _OpenFile, event: Event) -> bool:
+    def _must_rotate(self, file: EventFile, event: Event) -> bool:
         return (
             file.size >= self.max_file_bytes
             or event.schema_key != file.schema_key
@@ -203,7 +203,7 @@ class EventFileWriter:
             )
         moment = to_datetime(first.read_timestamp)
         return self.root.joinpath(
-            first.object, moment.strftime("%Y/%m/%d/%H/%M"), f"{name}{_EXTENSIONS[self.format]}"
+            first.object, moment.strftime("%Y/%m/%d/%H/%M"), f"{name}{EXTENSIONS[self.format]}"
         )
 
 
@@ -219,7 +219,7 @@ def _make_directories(directory: Path) -> list[Path]:
     return [created.parent for created in missing]
 
 
-def _sync_directories(directories: Iterable[Path]) -> None:
+def sync_directories(directories: Iterable[Path]) -> None:
     # A rename or mkdir is durable only once its directory is: without this a crash could lose
     # a file whose batch the caller already counted as delivered.
     for directory in directories:

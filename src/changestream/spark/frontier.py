@@ -4,10 +4,11 @@ An offset says how far a query has read: every record committed at or before ``t
 the ``live`` partitions (so each live partition's position is ``timestamp``); the partitions
 that ended, read to their end, whose children are not all admitted yet (with their end
 timestamps); and the children admitted by the batch that ends at this offset, with the
-timestamp each starts at (they are read from there). A child is admitted only when every
-parent has ended in a batch already planned, so its records are read after all of its
-parents'. ``watermark`` is the timestamp through which every record of the stream has been
-read: ``timestamp``, or less while ended partitions wait for their children.
+timestamp each starts at (they are read from there). A child is admitted once every parent
+has ended (in an earlier batch or in the same one), so no record of a child is read before the
+batch that reads its parents' last records. ``watermark`` is the timestamp through which
+every record of the stream has been read: ``timestamp``, or less while ended partitions wait
+for their children.
 
 Offsets stay small (Spark stores one per micro-batch, and very long offsets break its
 parsing): tokens appear once, and children come from the (immutable) lineage. Everything here
@@ -101,30 +102,40 @@ class Frontier:
 def advance(start: Frontier, lineage: Mapping[str, LineageEntry], until: int) -> Frontier:
     """The frontier after reading every partition from ``start`` through ``until``.
 
+    Children are admitted once every parent has ended, in an earlier batch or in this one, so
+    a lineage that split many times while a query was down is caught up in one batch: every
+    generation whose parents end at or before ``until`` is read in it.
+
     ``until`` must be a timestamp no commit can still appear at or below, and ``lineage``
     must have been read after that was known (so every split or merge up to it is in it).
     """
     if until < start.timestamp:
         raise ValueError(f"cannot move a frontier back from {start.timestamp} to {until}")
-    children = sorted({c for token in start.ended for c in lineage[token].child_tokens})
-    admitted = {
-        child: lineage[child].start_timestamp
-        for child in children
-        if child not in start.live and all(p in start.ended for p in lineage[child].parent_tokens)
-    }
-    ended = {
-        token: end
-        for token, end in start.ended.items()
-        if not all(c in admitted or c in start.live for c in lineage[token].child_tokens)
-    }
+    ended = dict(start.ended)
     live: set[str] = set()
-    for token in (*start.live, *admitted):
-        end = lineage[token].end_timestamp
-        if end is not None and end <= until + 1:
-            ended[token] = end
-        else:
-            live.add(token)
-    return Frontier(until, frozenset(live), ended, admitted)
+    admitted: dict[str, int] = {}
+    read = set(start.live) | set(start.ended)
+    todo = sorted(start.live)
+    while todo:
+        for token in todo:
+            end = lineage[token].end_timestamp
+            if end is not None and end <= until + 1:
+                ended[token] = end
+            else:
+                live.add(token)
+        children = sorted({c for token in ended for c in lineage[token].child_tokens} - read)
+        todo = [
+            child for child in children if all(p in ended for p in lineage[child].parent_tokens)
+        ]
+        for child in todo:
+            admitted[child] = lineage[child].start_timestamp
+            read.add(child)
+    waiting = {
+        token: end
+        for token, end in ended.items()
+        if not all(c in read for c in lineage[token].child_tokens)
+    }
+    return Frontier(until, frozenset(live), waiting, admitted)
 
 
 def ranges(start: Frontier, end: Frontier) -> list[ReadRange]:

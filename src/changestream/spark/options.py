@@ -8,17 +8,35 @@ from dataclasses import dataclass
 from changestream.clock import parse_ts
 from changestream.errors import InvalidArgument
 
-#: Canonical option names; Spark hands them over lower-cased.
-BATCH_ONLY = ("startTimestamp", "endTimestamp")
-STREAMING_ONLY = ("startingTimestamp", "maxRecordsPerTrigger", "heartbeatMilliseconds")
-COMMON = ("database", "path", "stream", "token", "rowPerMod", "maxPartitions")
+#: Canonical option names; Spark hands them over lower-cased. ``startTimestamp`` and
+#: ``endTimestamp`` are older names of ``startingTimestamp`` and ``endingTimestamp``.
+BATCH_ONLY = ("endingTimestamp", "endTimestamp")
+STREAMING_ONLY = ("maxRecordsPerTrigger", "heartbeatMilliseconds")
+COMMON = (
+    "database",
+    "path",
+    "stream",
+    "token",
+    "rowPerMod",
+    "maxPartitions",
+    "startingTimestamp",
+    "startTimestamp",
+    "failOnDataLoss",
+)
 ALL_OPTIONS = COMMON + BATCH_ONLY + STREAMING_ONLY
+#: The positions ``startingTimestamp`` / ``endingTimestamp`` accept besides a timestamp.
+EARLIEST = "earliest"
+LATEST = "latest"
 _CANONICAL = {name.lower(): name for name in ALL_OPTIONS}
 
 #: Spark tasks per read: a batch read fans out, a micro-batch stays cheap to schedule.
 DEFAULT_MAX_PARTITIONS = 32
 DEFAULT_STREAMING_MAX_PARTITIONS = 4
-DEFAULT_HEARTBEAT_MS = 1_000
+#: An idle stream's offset moves forward once per heartbeat (so checkpoints stay within
+#: retention) and otherwise not at all: no empty micro-batch per trigger.
+DEFAULT_HEARTBEAT_MS = 60_000
+
+Position = int | str
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,9 +48,10 @@ class SourceOptions:
     token: str | None = None
     row_per_mod: bool = False
     max_partitions: int | None = None
-    start_timestamp: int | None = None
-    end_timestamp: int | None = None
-    starting_timestamp: int | None = None
+    #: A timestamp (µs), ``"earliest"`` or ``"latest"``; None: the mode's default.
+    starting: Position | None = None
+    ending: Position | None = None
+    fail_on_data_loss: bool = True
     max_records_per_trigger: int | None = None
     heartbeat_milliseconds: int = DEFAULT_HEARTBEAT_MS
     given: frozenset[str] = frozenset()
@@ -47,11 +66,11 @@ class SourceOptions:
         """Refuse options of the other mode (a batch option on a stream, or the reverse)."""
         wrong = STREAMING_ONLY if not streaming else BATCH_ONLY
         mode = "a streaming read (readStream)" if streaming else "a batch read (read)"
-        other = BATCH_ONLY if not streaming else STREAMING_ONLY
         for name in wrong:
             if name in self.given:
                 raise InvalidArgument(
-                    f"option {name!r} does not apply to {mode}; use {', '.join(other)} instead"
+                    f"option {name!r} does not apply to {mode}; options of both modes: "
+                    + ", ".join(n for n in COMMON if n != "path")
                 )
 
 
@@ -75,23 +94,29 @@ def parse_options(raw: Mapping[str, str]) -> SourceOptions:
     stream = values.get("stream")
     if not stream:
         raise InvalidArgument("option 'stream' is required: the name of a change stream")
+    for name, alias in (
+        ("startingTimestamp", "startTimestamp"),
+        ("endingTimestamp", "endTimestamp"),
+    ):
+        if name in values and alias in values:
+            raise InvalidArgument(f"options {name!r} and {alias!r} are the same; give one")
     return SourceOptions(
         database=database,
         stream=stream,
         token=values.get("token"),
         row_per_mod=_boolean(values, "rowPerMod"),
         max_partitions=_positive(values, "maxPartitions"),
-        start_timestamp=_timestamp(values, "startTimestamp"),
-        end_timestamp=_timestamp(values, "endTimestamp"),
-        starting_timestamp=_timestamp(values, "startingTimestamp"),
+        starting=_position(values, "startingTimestamp") or _position(values, "startTimestamp"),
+        ending=_position(values, "endingTimestamp") or _position(values, "endTimestamp"),
+        fail_on_data_loss=_boolean(values, "failOnDataLoss", default="true"),
         max_records_per_trigger=_positive(values, "maxRecordsPerTrigger"),
         heartbeat_milliseconds=_positive(values, "heartbeatMilliseconds") or DEFAULT_HEARTBEAT_MS,
         given=frozenset(values),
     )
 
 
-def _boolean(values: Mapping[str, str], name: str) -> bool:
-    text = values.get(name, "false").strip().lower()
+def _boolean(values: Mapping[str, str], name: str, default: str = "false") -> bool:
+    text = values.get(name, default).strip().lower()
     if text not in ("true", "false"):
         raise InvalidArgument(f"option {name!r} must be true or false, got {values[name]!r}")
     return text == "true"
@@ -106,7 +131,12 @@ def _positive(values: Mapping[str, str], name: str) -> int | None:
     return int(text)
 
 
-def _timestamp(values: Mapping[str, str], name: str) -> int | None:
+def _position(values: Mapping[str, str], name: str) -> Position | None:
     if name not in values:
         return None
-    return parse_ts(values[name], f"option {name!r}")
+    text = values[name].strip()
+    if text.lower() in (EARLIEST, LATEST):
+        if name.startswith("end") and text.lower() == EARLIEST:
+            raise InvalidArgument(f"option {name!r} must be a timestamp or 'latest', got {text!r}")
+        return text.lower()
+    return parse_ts(text, f"option {name!r} (RFC 3339, 'earliest' or 'latest')")

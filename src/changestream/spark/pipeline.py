@@ -1,31 +1,38 @@
 """The Datastream-style pipeline: one Spark Structured Streaming job per stream.
 
 The job reads the stream's change stream with the ``changestream`` source (one row per mod)
-from the stream's CDC start timestamp. Each micro-batch, on the driver:
+from the position ``streams start`` fixed. The work happens in Spark tasks (see ``tasks``): each
+micro-batch's rows become events in the tasks, which write them to segments and stage the
+newest change per key for the Delta replica. The driver then, per micro-batch:
 
-1. backfills the objects that need it (chunks read in parallel on Spark, see ``backfill``);
-2. turns the batch's mods into events, leaving out changes a backfill already holds;
-3. writes them as event files (a replayed batch rewrites the same files) and MERGEs them into
-   the Delta replicas (idempotent), retrying failed writes with backoff;
-4. records progress in the source database.
+1. backfills the objects that need it (chunks read, turned into events and written by tasks;
+   the driver records which chunks are done);
+2. runs the batch's tasks, retrying with backoff and recording each error;
+3. MERGEs the staged rows into the replicas (one MERGE per object; replays are idempotent);
+4. publishes the segments whose rotation is due as event files (by tasks again);
+5. records progress (a replayed batch is counted once).
 
 Spark commits a micro-batch only after all of that succeeded, so a crash replays it: nothing
-is lost, and replays produce the same files and the same replica rows.
+is lost, a replay rewrites the same segments and the same replica rows, and every change
+committed after ``streams start`` becomes an event. A heartbeat tells ``streams describe``
+that a pipeline is attached. The run never hangs: a micro-batch with no progress for
+``batch_timeout_seconds``, or a Spark driver that goes away, ends it with a recorded error.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
+import shutil
+import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-import orjson
-import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
@@ -33,8 +40,7 @@ import changestream
 from changestream.clock import format_ts, now_us
 from changestream.datastream.catalog import ObjectBackfill, StreamCatalog
 from changestream.datastream.definition import StreamDefinition
-from changestream.datastream.events import CdcMod, Event, backfill_events, cdc_events
-from changestream.datastream.files import EventFileWriter
+from changestream.datastream.segments import due, pending_lanes
 from changestream.datastream.states import StreamState
 from changestream.ddl.schema import Table
 from changestream.errors import (
@@ -44,18 +50,19 @@ from changestream.errors import (
     NotFound,
     Unavailable,
 )
-from changestream.spark.backfill import (
-    DONE_PREFIX,
-    PLAN,
-    Coverage,
-    KeyCodec,
-    chunks,
-    plan_boundaries,
-    read_chunks,
-)
+from changestream.spark.backfill import DONE_PREFIX, PLAN, KeyCodec, chunks, plan_boundaries
 from changestream.spark.frontier import Frontier
 from changestream.spark.replica import DeltaReplica
 from changestream.spark.session import local_session
+from changestream.spark.tasks import (
+    SUMMARY_DDL,
+    SUMMARY_SCHEMA,
+    BackfillTask,
+    CdcTask,
+    PublishTask,
+    TaskPlan,
+    read_staged,
+)
 from changestream.streams.interface import Database
 
 log = logging.getLogger(__name__)
@@ -65,29 +72,51 @@ DELETED = "Deleted"
 
 #: Errors worth retrying: the destination or the source may come back.
 RETRIABLE = (OSError, Unavailable, DatabaseBusy, TimeoutError)
+#: Names of errors that, raised in a Spark task, are worth retrying (tasks' exceptions reach
+#: the driver as text).
+_RETRIABLE_NAMES = (
+    "OSError",
+    "PermissionError",
+    "NotADirectoryError",
+    "FileNotFoundError",
+    "IsADirectoryError",
+    "Unavailable",
+    "DatabaseBusy",
+    "TimeoutError",
+    "ConnectionError",
+)
+_PERMANENT_NAMES = ("InvalidArgument", "FailedPrecondition", "NotFound", "OutOfRange")
+#: Rows per micro-batch by default (admission control: the executors' and the driver's work
+#: per batch stays bounded however large the backlog).
+DEFAULT_MAX_RECORDS_PER_TRIGGER = 200_000
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
 class PipelineOptions:
     """How ``pipeline run`` runs.
 
-    ``until_caught_up``: stop once every change committed before the run started has landed.
-    ``trigger_seconds``: the micro-batch interval. ``max_records_per_trigger``: admission
-    control (records per micro-batch). ``chunk_rows``: rows per backfill chunk.
-    ``attempts``: tries of each sink write (with backoff) before the batch fails.
-    ``restarts``: automatic restarts of the query after a retriable failure.
+    ``until_caught_up``: stop once every change committed before the run started has landed
+    (Spark's ``availableNow`` trigger). ``trigger_seconds``: the micro-batch interval.
+    ``max_records_per_trigger``: admission control (changes per micro-batch; 0 for no limit).
+    ``chunk_rows``: rows per backfill chunk. ``attempts``: tries of each batch's work (with
+    backoff) before the batch fails. ``restarts``: automatic restarts of the query after a
+    retriable failure. ``batch_timeout_seconds``: a micro-batch running longer fails the run.
     """
 
     master: str = "local[2]"
     token: str | None = None
     until_caught_up: bool = False
     trigger_seconds: float = 1.0
-    max_records_per_trigger: int | None = None
+    max_records_per_trigger: int | None = DEFAULT_MAX_RECORDS_PER_TRIGGER
     chunk_rows: int = 10_000
     attempts: int = 3
     backoff_seconds: float = 0.5
     restarts: int = 3
     poll_seconds: float = 0.5
+    batch_timeout_seconds: float = 900.0
+    heartbeat_seconds: float = 2.0
 
 
 @dataclass(slots=True)
@@ -99,9 +128,12 @@ class PipelineStatus:
     frontier: int | None = None
     target: int | None = None
     backfill: dict[str, str] = field(default_factory=dict)
+    idle: bool = False
 
     @property
     def lag_seconds(self) -> float | None:
+        if self.idle:
+            return 0.0
         return None if self.frontier is None else max(0.0, (now_us() - self.frontier) / 1e6)
 
 
@@ -120,6 +152,24 @@ class _BatchError(Exception):
     def __init__(self, obj: str, message: str, retriable: bool) -> None:
         super().__init__(message)
         self.obj, self.message, self.retriable = obj, message, retriable
+
+
+def classify(exc: BaseException) -> tuple[str, bool]:
+    """A one-line message for ``exc`` and whether retrying may help. Errors raised in Spark
+    tasks arrive as text, so their class names are looked for in it."""
+    if isinstance(exc, ChangeStreamError) and not isinstance(exc, Unavailable | DatabaseBusy):
+        return f"{type(exc).__name__}: {exc}", False
+    if isinstance(exc, RETRIABLE):
+        return f"{type(exc).__name__}: {exc}", True
+    text = str(exc)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    for line in reversed(lines):
+        name = line.split(":", 1)[0].rsplit(".", 1)[-1]
+        if name in _PERMANENT_NAMES:
+            return line, False
+        if name in _RETRIABLE_NAMES:
+            return line, True
+    return f"{type(exc).__name__}: {lines[0] if lines else text}", False
 
 
 class Pipeline:
@@ -141,19 +191,20 @@ class Pipeline:
         self.db: Database = changestream.open_path_or_url(database, self.options.token)
         self.catalog = StreamCatalog(self.db)
         self.definition: StreamDefinition = self.catalog.get(name).definition
-        self._files = EventFileWriter(self.definition.destination, self.definition.format)
         self._replicas: dict[tuple[str, str], DeltaReplica] = {}
         self._failure: _BatchError | None = None
-        self._started = False
         self._reported: int | None = None
+        self._lag: float | None = None
 
     @property
     def checkpoint(self) -> Path:
         """Where Spark keeps the query's offsets and commits: one directory per stream
         incarnation, so a stream deleted and created again under the same name starts anew."""
-        return (
-            Path(self.definition.destination) / "_changestream" / self._incarnation / "checkpoint"
-        )
+        return self._work / "checkpoint"
+
+    @property
+    def _work(self) -> Path:
+        return Path(self.definition.destination) / "_changestream" / self._incarnation
 
     @property
     def _incarnation(self) -> str:
@@ -172,19 +223,24 @@ class Pipeline:
             self.catalog.update_progress(self.name, cdc_start_timestamp=start)
         target = now_us() if self.options.until_caught_up else None
         spark = self._spark or local_session(self.options.master, f"changestream-{self.name}")
+        heartbeat = _Heartbeat(self, self.options.heartbeat_seconds)
         restarts = 0
         try:
             while True:
-                self._failure, self._started = None, False
+                self._failure = None
                 try:
-                    query = self._start_query(spark, start)
+                    self._guard(lambda: self._backfill(spark))
+                    query = self._start_query(spark, start, available_now=target is not None)
+                    self._mark_running()
                 except Exception as exc:
-                    failure = self._source_failure(f"cannot start the query: {exc}")
+                    failure = self._failure or self._source_failure(exc)
                     self.catalog.fail(self.name, failure.obj, failure.message, failure.retriable)
                     message = f"stream {self.name!r} failed: {failure.message}"
                     raise PipelineFailed(message, failure.retriable) from exc
                 try:
-                    return self._monitor(query, target)
+                    status = self._monitor(spark, query, target)
+                    self._guard(lambda: self._publish(spark, force=True))
+                    return status
                 except PipelineFailed as failure:
                     if not failure.retriable or restarts >= self.options.restarts:
                         raise
@@ -198,9 +254,20 @@ class Pipeline:
                 finally:
                     _stop_between_batches(query)
         finally:
+            heartbeat.stop()
             if self._spark is None:
                 spark.stop()
             self.db.close()
+
+    def _guard(self, work: Callable[[], None]) -> None:
+        """Run driver-side work outside a micro-batch, failing the run as a batch would."""
+        try:
+            work()
+        except _BatchError as error:
+            self._failure = error
+            self.catalog.fail(self.name, error.obj, error.message, error.retriable)
+            message = f"stream {self.name!r} failed: {error.message}"
+            raise PipelineFailed(message, error.retriable) from error
 
     def _prepare(self) -> None:
         state = self.catalog.get(self.name).state
@@ -213,14 +280,17 @@ class Pipeline:
             }.get(state, "create a new stream")
             raise FailedPrecondition(f"stream {self.name!r} is {state.value}; {hint}")
 
-    def _start_query(self, spark: SparkSession, start: int) -> StreamingQuery:
+    def _mark_running(self) -> None:
+        if self.catalog.get(self.name).state is StreamState.STARTING:
+            self.catalog.transition(self.name, "started")
+
+    def _start_query(self, spark: SparkSession, start: int, available_now: bool) -> StreamingQuery:
         reader = (
             spark.readStream.format("changestream")
             .option("database", self.database)
             .option("stream", self.definition.change_stream)
             .option("startingTimestamp", format_ts(start))
             .option("rowPerMod", "true")
-            .option("heartbeatMilliseconds", str(int(self.options.trigger_seconds * 1000)))
         )
         if self.options.token:
             reader = reader.option("token", self.options.token)
@@ -228,52 +298,85 @@ class Pipeline:
             reader = reader.option(
                 "maxRecordsPerTrigger", str(self.options.max_records_per_trigger)
             )
-        return (
+        writer = (
             reader.load()
             .writeStream.foreachBatch(self._process)
             .option("checkpointLocation", str(self.checkpoint))
-            .trigger(processingTime=f"{int(self.options.trigger_seconds * 1000)} milliseconds")
             .queryName(f"changestream_{self.name}".replace("-", "_"))
-            .start()
         )
+        if available_now:
+            writer = writer.trigger(availableNow=True)
+        else:
+            writer = writer.trigger(
+                processingTime=f"{int(self.options.trigger_seconds * 1000)} milliseconds"
+            )
+        return writer.start()
 
-    def _monitor(self, query: StreamingQuery, target: int | None) -> PipelineStatus:
-        drain_target: int | None = None
+    def _monitor(
+        self, spark: SparkSession, query: StreamingQuery, target: int | None, drain: bool = True
+    ) -> PipelineStatus:
+        """Watch ``query`` until it ends, fails, or the stream is paused, deleted or (with
+        ``drain``) draining."""
+        watchdog = _Watchdog(self.options.batch_timeout_seconds)
         while True:
-            time.sleep(self.options.poll_seconds)
-            status = self._status(query, target)
+            try:
+                ended = query.awaitTermination(self.options.poll_seconds)  # type: ignore[arg-type]
+                status = self._status(query, target)
+                stuck = watchdog.stuck(query)
+            except PipelineFailed:
+                raise
+            except Exception as exc:  # py4j: the driver's JVM is gone
+                message = f"Spark failed: {type(exc).__name__}: {str(exc).splitlines()[0]}"
+                self.catalog.fail(self.name, "*", message, True)
+                raise PipelineFailed(f"stream {self.name!r} failed: {message}", False) from exc
             if self._on_status is not None:
                 self._on_status(status)
-            if not query.isActive:
-                failure = self._failure or self._source_failure(
-                    str(query.exception() or "the query stopped")
+            if stuck:
+                message = (
+                    f"a micro-batch made no progress for {self.options.batch_timeout_seconds:g}s"
                 )
+                self.catalog.fail(self.name, "*", message, True)
+                raise PipelineFailed(f"stream {self.name!r} failed: {message}", True)
+            if ended or not query.isActive:
+                error = query.exception()
+                if error is None and target is not None:
+                    return status  # availableNow: everything up to the target has landed
+                failure = self._failure or self._source_failure(error or "the query stopped")
                 self.catalog.fail(self.name, failure.obj, failure.message, failure.retriable)
                 raise PipelineFailed(
                     f"stream {self.name!r} failed: {failure.message}", failure.retriable
                 )
-            caught_up = status.frontier is not None and all(
-                s == "done" for s in status.backfill.values()
-            )
             if status.state in (StreamState.PAUSED.value, DELETED):
                 return status
-            if status.state == StreamState.DRAINING.value:
-                drain_target = drain_target or now_us()
-                if caught_up and status.frontier is not None and status.frontier >= drain_target:
-                    self.catalog.transition(self.name, "drained")
-                    status.state = StreamState.PAUSED.value
-                    return status
-            if target is not None and caught_up and (status.frontier or 0) >= target:
-                return status
+            if drain and status.state == StreamState.DRAINING.value:
+                return self._drain(spark, query)
 
-    def _source_failure(self, message: str) -> _BatchError:
+    def _drain(self, spark: SparkSession, query: StreamingQuery) -> PipelineStatus:
+        """Finish everything committed until now with an ``availableNow`` query, then Paused."""
+        _stop_between_batches(query)
+        start = self.catalog.progress(self.name).cdc_start_timestamp
+        assert start is not None
+        final = self._start_query(spark, start, available_now=True)
+        try:
+            status = self._monitor(spark, final, target=now_us(), drain=False)
+        finally:
+            _stop_between_batches(final)
+        self._guard(lambda: self._publish(spark, force=True))
+        self.catalog.transition(self.name, "drained")
+        status.state = StreamState.PAUSED.value
+        return status
+
+    def _source_failure(self, error: object) -> _BatchError:
         """Why the query failed outside a micro-batch's sink work: permanent when the stream's
-        source is gone (its change stream dropped), else retriable (``message``)."""
+        source is gone (its change stream dropped), else as the error says."""
         try:
             self.definition.tables(self.db)
         except ChangeStreamError as exc:
             return _BatchError("*", f"{type(exc).__name__}: {exc}", False)
-        return _BatchError("*", message.splitlines()[0], True)
+        if isinstance(error, BaseException):
+            message, retriable = classify(error)
+            return _BatchError("*", message, retriable)
+        return _BatchError("*", str(error).splitlines()[0], True)
 
     def _status(self, query: StreamingQuery, target: int | None) -> PipelineStatus:
         try:
@@ -285,45 +388,121 @@ class Pipeline:
             self.catalog.update_progress(self.name, last_commit_timestamp=frontier)
             self._reported = frontier
         progress = self.catalog.progress(self.name) if state != DELETED else None
-        return PipelineStatus(
+        query_status = query.status
+        status = PipelineStatus(
             state=state,
             rows_processed=0 if progress is None else progress.rows_processed,
             frontier=frontier,
             target=target,
             backfill={} if progress is None else {k: v.status for k, v in progress.objects.items()},
+            idle=not query_status.get("isDataAvailable")
+            and not query_status.get("isTriggerActive"),
         )
+        self._lag = status.lag_seconds
+        return status
 
     # -- one micro-batch ----------------------------------------------------------------------
 
+    def _plan(self, tables: dict[str, Table]) -> TaskPlan:
+        return TaskPlan(
+            stream_name=self.definition.name,
+            schema=self.definition.schema,
+            tables=tables,
+            format=self.definition.format,
+            max_file_bytes=self.definition.max_file_bytes,
+            segments=str(self._work / "segments"),
+            staging=str(self._work / "staging"),
+            replica=self.definition.replica,
+        )
+
+    def _tables(self) -> dict[str, Table]:
+        return {t.name: t for t in self.definition.tables(self.db)}
+
     def _process(self, batch: DataFrame, batch_id: int) -> None:
         try:
-            tables = {t.name: t for t in self.definition.tables(self.db)}
-            self._backfill(batch.sparkSession, tables)
-            rows = batch.toArrow()
-            stamps = rows.column("commit_timestamp").cast(pa.int64()).to_pylist()
-            events = self._cdc_events(rows, stamps, tables)
-            self._deliver(events, f"{self._incarnation}-cdc-{batch_id}")
-            self.catalog.update_progress(
-                self.name, add_rows=len(events), last_commit_timestamp=max(stamps, default=None)
-            )
-            if not self._started:
-                if self.catalog.get(self.name).state is StreamState.STARTING:
-                    self.catalog.transition(self.name, "started")
-                self._started = True
+            spark = batch.sparkSession
+            self._backfill(spark)
+            plan = self._plan(self._tables())
+            summary = self._attempts(
+                "*", lambda: batch.mapInArrow(CdcTask(plan, batch_id), SUMMARY_DDL).toArrow()
+            ).to_pylist()
+            self._merge(plan, summary, f"cdc-{batch_id}")
+            self._publish(spark, force=False)
+            events = sum(row["events"] for row in summary if row["kind"] == "events")
+            self.catalog.update_progress(self.name, add_rows=events, batch_id=batch_id)
         except _BatchError as error:
             self._failure = error
             raise
-        except RETRIABLE as exc:
-            self._failure = _BatchError("*", f"{type(exc).__name__}: {exc}", True)
-            raise
         except Exception as exc:
-            self._failure = _BatchError("*", f"{type(exc).__name__}: {exc}", False)
+            message, retriable = classify(exc)
+            self._failure = _BatchError("*", message, retriable)
             raise
 
-    def _backfill(self, spark: SparkSession, tables: dict[str, Table]) -> None:
+    def _attempts(self, obj: str, work: Callable[[], T]) -> T:
+        """``work()``, tried ``attempts`` times with backoff while it fails retriably; each
+        failure is recorded in the stream's errors."""
+        for attempt in range(1, self.options.attempts + 1):
+            try:
+                return work()
+            except Exception as exc:
+                message, retriable = classify(exc)
+                if not retriable:
+                    raise _BatchError(obj, message, False) from exc
+                message = f"{message} (attempt {attempt})"
+                self.catalog.record_error(self.name, obj, message, retriable=True)
+                if attempt == self.options.attempts:
+                    raise _BatchError(obj, message, True) from exc
+                time.sleep(self.options.backoff_seconds * 2 ** (attempt - 1))
+        raise AssertionError("unreachable: attempts is at least 1")
+
+    def _merge(self, plan: TaskPlan, summary: list[dict[str, Any]], batch_key: str) -> None:
+        """One MERGE per object of the rows the tasks staged, then the staging is removed."""
+        if self.definition.replica is None:
+            return
+        staged: dict[str, list[str]] = defaultdict(list)
+        for row in summary:
+            if row["kind"] == "replica":
+                staged[row["object"]].append(row["path"])
+        by_object = {self.definition.object_name(t): t for t in plan.tables}
+        for obj, paths in sorted(staged.items()):
+            rows = read_staged(paths)
+            if rows is None or obj not in by_object:
+                continue
+            replica = plan.replicas[by_object[obj]]
+            self._attempts(obj, functools.partial(replica.apply_arrow, rows))
+        for directory in {Path(p).parent.parent for paths in staged.values() for p in paths}:
+            shutil.rmtree(directory, ignore_errors=True)
+
+    def _publish(self, spark: SparkSession, force: bool) -> None:
+        """Publish the segment lanes whose rotation is due (all of them with ``force``)."""
+        definition = self.definition
+        root = self._work / "segments"
+        now = time.time()
+        lanes = [
+            lane
+            for lane in pending_lanes(root)
+            if force or due(lane, definition.max_file_bytes, definition.file_rotation_interval, now)
+        ]
+        if not lanes:
+            return
+        task = PublishTask(
+            definition.destination, self._incarnation, definition.format, definition.max_file_bytes
+        )
+        directories = [str(lane.directory) for lane in lanes]
+        obj = lanes[0].obj if len({lane.obj for lane in lanes}) == 1 else "*"
+        self._attempts(
+            obj,
+            lambda: spark.sparkContext.parallelize(directories, len(directories)).foreach(task),
+        )
+
+    def _backfill(self, spark: SparkSession) -> None:
+        """Backfill every object that needs it, in waves of chunks read by tasks."""
         if self.definition.backfill == "none":
             return
+        tables = self._tables()
+        plan = self._plan(tables)
         progress = self.catalog.progress(self.name)
+        wave = max(2, spark.sparkContext.defaultParallelism * 2)
         for table in tables.values():
             obj = self.definition.object_name(table.name)
             entry = progress.objects.get(obj, ObjectBackfill())
@@ -332,120 +511,90 @@ class Pipeline:
             codec = KeyCodec(table)
             if PLAN not in entry.detail:
                 boundaries = plan_boundaries(self.db, table, self.options.chunk_rows)
-                plan = {PLAN: [codec.dump(b) for b in boundaries]}
+                detail = {PLAN: [codec.dump(b) for b in boundaries]}
                 entry = self.catalog.set_object_backfill(
-                    self.name, obj, "running", rows=0, detail=plan
+                    self.name, obj, "running", rows=0, detail=detail
                 )
             planned = chunks([codec.load(b) for b in entry.detail[PLAN]])
             todo = [c for c in planned if f"{DONE_PREFIX}{c.index}" not in entry.detail]
             log.info("backfill %s: %d of %d chunks to read", obj, len(todo), len(planned))
-            reads = read_chunks(spark, self.database, self.options.token, table.name, todo)
-            for read in reads:
-                events = backfill_events(
-                    self.definition.name,
-                    self.definition.schema,
-                    table,
-                    read.rows,
-                    read.read_timestamp,
-                    read.read_timestamp,
-                )
-                self._deliver(events, f"{self._incarnation}-backfill-{obj}-{read.chunk.index}")
-                done = {f"{DONE_PREFIX}{read.chunk.index}": read.read_timestamp}
+            task = BackfillTask(plan, self.database, self.options.token, table.name)
+            for first in range(0, len(todo), wave):
+                part = todo[first : first + wave]
+                rdd = spark.sparkContext.parallelize(part, len(part)).mapPartitions(task)
+                rows = self._attempts(obj, rdd.collect)
+                summary = [dict(zip(SUMMARY_SCHEMA.names, row, strict=True)) for row in rows]
+                self._merge(plan, summary, f"backfill-{obj}")
+                done = [row for row in summary if row["kind"] == "chunk"]
                 self.catalog.set_object_backfill(
-                    self.name, obj, "running", add_rows=len(events), detail=done
+                    self.name,
+                    obj,
+                    "running",
+                    add_rows=sum(row["events"] for row in done),
+                    detail={f"{DONE_PREFIX}{row['seq']}": row["read_timestamp"] for row in done},
                 )
-                self.catalog.update_progress(self.name, add_rows=len(events))
+                self.catalog.update_progress(self.name, add_rows=sum(row["events"] for row in done))
+                self._publish(spark, force=False)
             self.catalog.set_object_backfill(self.name, obj, "done")
 
-    def _cdc_events(
-        self, rows: pa.Table, stamps: list[int], tables: dict[str, Table]
-    ) -> list[Event]:
-        """Events of a micro-batch's rows (``stamps``: their commit timestamps in µs)."""
-        mods: dict[str, list[CdcMod]] = defaultdict(list)
-        columns = {
-            name: rows.column(name).to_pylist()
-            for name in (
-                "table_name",
-                "server_transaction_id",
-                "record_sequence",
-                "mod_index",
-                "mod_type",
-                "keys",
-                "new_values",
-                "old_values",
-            )
-        }
-        for i, table in enumerate(columns["table_name"]):
-            if table not in tables:
-                continue
-            mods[table].append(
-                CdcMod(
-                    commit_timestamp=stamps[i],
-                    server_transaction_id=columns["server_transaction_id"][i],
-                    record_sequence=columns["record_sequence"][i],
-                    mod_index=columns["mod_index"][i],
-                    mod_type=columns["mod_type"][i],
-                    keys=orjson.loads(columns["keys"][i]),
-                    new_values=orjson.loads(columns["new_values"][i]),
-                    old_values=orjson.loads(columns["old_values"][i]),
-                )
-            )
-        # The read timestamp is the batch's last commit, so a replay writes the same files.
-        read_at = max(stamps, default=0)
-        progress = self.catalog.progress(self.name)
-        events: list[Event] = []
-        for name, table_mods in mods.items():
-            table = tables[name]
-            produced = cdc_events(
-                self.definition.name, self.definition.schema, table, table_mods, read_at
-            )
-            entry = progress.objects.get(self.definition.object_name(name))
-            if self.definition.backfill == "automatic" and entry is not None:
-                coverage = Coverage(table, entry)
-                produced = [
-                    e for e in produced if not coverage.covers(e.payload, e.source_timestamp)
-                ]
-            events.extend(produced)
-        return events
 
-    def _deliver(self, events: Iterable[Event], batch_key: str) -> None:
-        """Write events to files and replicas, object by object, retrying with backoff."""
-        by_object: dict[str, list[Event]] = defaultdict(list)
-        for event in events:
-            by_object[event.object].append(event)
-        for obj, obj_events in sorted(by_object.items()):
-            for attempt in range(1, self.options.attempts + 1):
-                try:
-                    self._files.write_batch(obj_events, batch_key)
-                    if self.definition.replica is not None:
-                        self._replica(obj_events[0]).apply(obj_events)
-                    break
-                except RETRIABLE as exc:
-                    message = f"{type(exc).__name__}: {exc} (attempt {attempt})"
-                    self.catalog.record_error(self.name, obj, message, retriable=True)
-                    if attempt == self.options.attempts:
-                        raise _BatchError(obj, message, True) from exc
-                    time.sleep(self.options.backoff_seconds * 2 ** (attempt - 1))
-                except ChangeStreamError as exc:
-                    raise _BatchError(obj, f"{type(exc).__name__}: {exc}", False) from exc
+class _Heartbeat:
+    """Tells the catalog, every ``seconds``, that this process runs the pipeline."""
 
-    def _replica(self, event: Event) -> DeltaReplica:
-        key = (event.object, event.schema_key)
-        replica = self._replicas.get(key)
-        if replica is None:
-            assert self.definition.replica is not None and event.table is not None
-            replica = DeltaReplica(self.definition.replica, self.definition.schema, event.table)
-            self._replicas[key] = replica
-        return replica
+    def __init__(self, pipeline: Pipeline, seconds: float) -> None:
+        self._pipeline, self._seconds = pipeline, seconds
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="pipeline-heartbeat", daemon=True)
+        self._beat_once(True)
+        self._thread.start()
+
+    def _beat_once(self, attached: bool) -> None:
+        try:
+            self._pipeline.catalog.heartbeat(self._pipeline.name, self._pipeline._lag, attached)
+        except ChangeStreamError as exc:  # the stream was deleted, or the source is away
+            log.debug("heartbeat of %s not recorded: %s", self._pipeline.name, exc)
+
+    def _beat(self) -> None:
+        while not self._stopped.wait(self._seconds):
+            self._beat_once(True)
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._thread.join(timeout=10)
+        self._beat_once(False)
+
+
+class _Watchdog:
+    """Notices a micro-batch that stays active without finishing for ``timeout`` seconds."""
+
+    def __init__(self, timeout: float) -> None:
+        self._timeout = timeout
+        self._since: float | None = None
+        self._batch: object = None
+
+    def stuck(self, query: StreamingQuery) -> bool:
+        progress = query.lastProgress
+        batch = None if not progress else progress.get("batchId")
+        if not query.status.get("isTriggerActive") or batch != self._batch:
+            self._since, self._batch = None, batch
+            return False
+        if self._since is None:
+            self._since = time.monotonic()
+        return time.monotonic() - self._since > self._timeout
 
 
 def _stop_between_batches(query: StreamingQuery, patience: float = 30.0) -> None:
     """Stop the query, letting a running micro-batch finish first (so it is not replayed)."""
-    deadline = time.monotonic() + patience
-    while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
-        time.sleep(0.05)
-    if query.isActive:
-        query.stop()
+    try:
+        deadline = time.monotonic() + patience
+        while (
+            query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline
+        ):
+            time.sleep(0.05)
+        if query.isActive:
+            query.stop()
+    except Exception as exc:  # the JVM is gone: nothing left to stop
+        log.debug("stopping the query failed: %s", exc)
 
 
 def _frontier(query: StreamingQuery) -> int | None:

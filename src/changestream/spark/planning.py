@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Generator, Sequence
+import logging
+from collections.abc import Generator, Iterator, Sequence
 
-from changestream.errors import OutOfRange
+from changestream.clock import format_ts, now_us
+from changestream.errors import NotFound, OutOfRange
 from changestream.spark.frontier import (
     Frontier,
     LineageEntry,
@@ -19,8 +21,56 @@ from changestream.spark.frontier import (
     changed,
     ranges,
 )
+from changestream.spark.options import EARLIEST, LATEST
 from changestream.streams.interface import Database
 from changestream.streams.records import ChildPartitionsRecord, DataChangeRecord
+
+log = logging.getLogger(__name__)
+
+#: ``earliest`` starts this far inside the retention window, so the changes it names are
+#: still there when the first micro-batch reads them.
+EARLIEST_MARGIN_US = 5_000_000
+
+
+def resolve_position(
+    db: Database, stream: str, position: int | str, fail_on_data_loss: bool
+) -> int:
+    """A start position as a timestamp: ``latest`` is now, ``earliest`` the oldest retained
+    change (a few seconds inside the retention window, so it is still there when read). A
+    timestamp older than that fails with ``failOnDataLoss`` (the default), or else starts at
+    the oldest retained change, logging the gap."""
+    now = now_us()
+    if position == LATEST:
+        return now
+    streams = {s.name: s for s in db.change_streams()}
+    if stream not in streams:
+        raise NotFound(
+            f"change stream {stream!r} does not exist (change streams: "
+            f"{', '.join(sorted(streams)) or 'none'})"
+        )
+    created = min((p.start_timestamp for p in db.partition_history(stream)), default=now)
+    horizon = now - streams[stream].retention_seconds * 1_000_000
+    oldest = max(created, horizon)
+    if position == EARLIEST:
+        return min(now, max(created, horizon + EARLIEST_MARGIN_US))
+    assert isinstance(position, int)
+    if position >= oldest:
+        return position
+    if fail_on_data_loss:
+        raise OutOfRange(
+            f"startingTimestamp {format_ts(position)} is older than the oldest retained change "
+            f"of {stream!r} ({format_ts(oldest)}); start at 'earliest', or set failOnDataLoss "
+            "to false to start there anyway (the gap is logged)"
+        )
+    start = min(now, max(created, horizon + EARLIEST_MARGIN_US))
+    log.warning(
+        "data loss: changes of %s from %s to %s are no longer retained; reading from %s",
+        stream,
+        format_ts(position),
+        format_ts(start),
+        format_ts(start),
+    )
+    return start
 
 
 def live_tokens(db: Database, stream: str, at: int) -> list[str]:
@@ -84,6 +134,13 @@ def read_records(
             return
 
 
+def _row_stamps(records: Iterator[DataChangeRecord], row_per_mod: bool) -> Iterator[int]:
+    """The commit timestamp of each row the source makes of ``records``."""
+    for record in records:
+        for _ in range(len(record.mods) if row_per_mod else 1):
+            yield record.commit_timestamp
+
+
 def next_frontier(
     db: Database,
     stream: str,
@@ -91,18 +148,19 @@ def next_frontier(
     until: int,
     max_records: int | None,
     idle_advance_us: int,
+    row_per_mod: bool = False,
 ) -> Frontier:
     """Where the next micro-batch ends: at ``until`` (which must be safe), or earlier so it
-    holds at most ``max_records`` records (one whole commit timestamp at least); ``start``
-    itself when nothing was committed, no partition ended, and the frontier moved less than
-    ``idle_advance_us`` ago."""
+    holds at most ``max_records`` rows (records, or mods with ``row_per_mod``; one whole
+    commit timestamp at least); ``start`` itself when nothing was committed, no partition
+    ended, and the frontier moved less than ``idle_advance_us`` ago."""
     history = lineage(db, stream)
     end = advance(start, history, until)
     pending = ranges(start, end)
     cap = 1 if max_records is None else max_records + 1
     readers = [read_records(db, stream, read) for read in pending]
     try:
-        merged = heapq.merge(*((r.commit_timestamp for r in reader) for reader in readers))
+        merged = heapq.merge(*(_row_stamps(reader, row_per_mod) for reader in readers))
         stamps = list(itertools.islice(merged, cap))
     finally:
         for reader in readers:

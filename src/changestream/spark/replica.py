@@ -16,11 +16,13 @@ bring the row back. With the tombstone the MERGE sees that the older event is ol
 it, so applying any set of batches in any order, any number of times, gives the same table.
 Readers of the Delta table filter ``NOT _cs_deleted`` (:meth:`DeltaReplica.read_rows` does).
 
-This module does not import pyspark: the pipeline calls it from ``foreachBatch`` on the driver.
+This module does not import pyspark: Spark tasks stage MERGE sources with
+:meth:`DeltaReplica.source_rows`; the driver merges them with :meth:`DeltaReplica.apply_arrow`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import operator
 import os
@@ -84,6 +86,14 @@ def _sort_key_texts(sort_keys: list[tuple[int, int, int, int]]) -> pa.Array:
         raise InvalidArgument("sort_keys must not be negative")
     padded = [pc.utf8_lpad(pc.cast(part, pa.string()), 19, "0") for part in parts]
     return pc.binary_join_element_wise(*padded, "-")
+
+
+def latest_per_key(rows: pa.Table, keys: list[str]) -> pa.Table:
+    """Per distinct value of the ``keys`` columns, the row with the highest sort key."""
+    ordered = rows.sort_by([(SORT_KEY_COLUMN, "ascending")])
+    numbered = ordered.append_column("_cs_row", pa.array(range(ordered.num_rows), pa.int64()))
+    last = numbered.group_by(keys, use_threads=False).aggregate([("_cs_row", "max")])
+    return ordered.take(last["_cs_row_max"])
 
 
 def _storage_order(ctype: ColumnType) -> Codec:
@@ -154,6 +164,12 @@ class DeltaReplica:
     def apply(self, events: Sequence[Event]) -> ApplyStats:
         """Apply a batch of events of this table with one MERGE: per key, the event with the
         highest ``sort_keys`` replaces the replica's row if it is newer than the row's."""
+        stats = self.apply_arrow(self.source_rows(events))
+        return dataclasses.replace(stats, events=len(events))
+
+    def source_rows(self, events: Sequence[Event]) -> pa.Table:
+        """The MERGE source of ``events``: per key, the row of the event with the highest
+        ``sort_keys``, in the replica's schema (what tasks stage for :meth:`apply_arrow`)."""
         latest: dict[Any, Event] = {}
         key_of = self._key_of
         for event in events:
@@ -167,11 +183,20 @@ class DeltaReplica:
             if seen is None or event.sort_keys >= seen.sort_keys:
                 latest[key] = event
         if not latest:
-            return ApplyStats(len(events), 0, 0, 0, 0, None)
+            return self.schema.empty_table()
+        return self._source(list(latest.values()))
+
+    def apply_arrow(self, source: pa.Table) -> ApplyStats:
+        """MERGE rows in the replica's schema (from several tasks): per key the row with the
+        highest sort key wins, and replaces the replica's row if it is newer."""
+        rows = source.num_rows
+        if not rows:
+            return ApplyStats(0, 0, 0, 0, 0, None)
+        source = latest_per_key(source.cast(self.schema), list(self.table.primary_key))
         delta = self.ensure()
         metrics = (
             delta.merge(
-                self._source(list(latest.values())),
+                source,
                 self._predicate,
                 source_alias="s",
                 target_alias="t",
@@ -185,11 +210,11 @@ class DeltaReplica:
         inserted = int(metrics["num_target_rows_inserted"])
         updated = int(metrics["num_target_rows_updated"])
         return ApplyStats(
-            events=len(events),
-            rows=len(latest),
+            events=rows,
+            rows=source.num_rows,
             inserted=inserted,
             updated=updated,
-            skipped=len(latest) - inserted - updated,
+            skipped=source.num_rows - inserted - updated,
             version=delta.version(),
         )
 

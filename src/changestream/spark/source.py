@@ -3,12 +3,15 @@
 Batch::
 
     spark.read.format("changestream").option("database", PATH_OR_URL).option("stream", "S")
-        .option("startTimestamp", ISO).option("endTimestamp", ISO).load()
+        .option("startingTimestamp", ISO_OR_EARLIEST).option("endingTimestamp", ISO).load()
 
 Streaming::
 
     spark.readStream.format("changestream").option("database", ...).option("stream", "S")
-        .option("startingTimestamp", ISO).option("maxRecordsPerTrigger", N).load()
+        .option("startingTimestamp", ISO_OR_LATEST).option("maxRecordsPerTrigger", N).load()
+
+``startingTimestamp`` defaults to ``earliest`` (the oldest retained change) in batch and to
+``latest`` (now) in streaming; ``startTimestamp`` / ``endTimestamp`` are older names.
 """
 
 from __future__ import annotations
@@ -24,19 +27,25 @@ from pyspark.sql.datasource import (
     DataSourceStreamReader,
     InputPartition,
 )
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
 from pyspark.sql.types import StructType
 
 import changestream
 from changestream.clock import now_us
 from changestream.spark.frontier import Frontier, ReadRange, ranges
-from changestream.spark.options import SourceOptions, parse_options
+from changestream.spark.options import EARLIEST, LATEST, SourceOptions, parse_options
 from changestream.spark.planning import (
     batch_ranges,
     group,
     live_tokens,
     next_frontier,
     read_records,
+    resolve_position,
 )
 from changestream.spark.rows import record_batches, spark_schema
 from changestream.streams.interface import Database
@@ -76,10 +85,13 @@ def _open(options: SourceOptions) -> Database:
 
 
 def _check_stream(options: SourceOptions) -> None:
-    """Fail at ``load()`` when the database or the change stream does not exist."""
+    """Fail at ``load()`` when the database or the change stream does not exist, or the start
+    is out of retention (with ``failOnDataLoss``)."""
     db = _open(options)
     try:
         db.partitions(options.stream)
+        if isinstance(options.starting, int):
+            resolve_position(db, options.stream, options.starting, options.fail_on_data_loss)
     finally:
         db.close()
 
@@ -97,20 +109,23 @@ def _read(options: SourceOptions, partition: InputPartition) -> Iterator[pa.Reco
 
 
 class ChangeStreamBatchReader(DataSourceReader):
-    """Every record committed in ``[startTimestamp, endTimestamp]``, each exactly once."""
+    """Every record committed in ``[startingTimestamp, endingTimestamp]``, each exactly once
+    (by default from the oldest retained change to now)."""
 
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
-        if options.start_timestamp is None:
-            raise changestream.InvalidArgument(
-                "option 'startTimestamp' is required for a batch read (RFC 3339, e.g. "
-                "'2026-01-01T00:00:00Z'); 'endTimestamp' defaults to now"
+        db = _open(options)
+        try:
+            self.start = resolve_position(
+                db, options.stream, options.starting or EARLIEST, options.fail_on_data_loss
             )
-        self.start = options.start_timestamp
-        self.end = now_us() if options.end_timestamp is None else options.end_timestamp
+        finally:
+            db.close()
+        ending = options.ending
+        self.end = now_us() if ending is None or ending == LATEST else int(ending)
         if self.end < self.start:
             raise changestream.InvalidArgument(
-                "option 'endTimestamp' must not be before 'startTimestamp'"
+                "option 'endingTimestamp' must not be before 'startingTimestamp'"
             )
 
     def partitions(self) -> Sequence[InputPartition]:
@@ -125,16 +140,25 @@ class ChangeStreamBatchReader(DataSourceReader):
         return _read(self.options, partition)
 
 
-class ChangeStreamStreamReader(DataSourceStreamReader):
-    """Micro-batches between frontiers of the partition lineage (see ``frontier``)."""
+class ChangeStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batches between frontiers of the partition lineage (see ``frontier``).
+
+    Under ``trigger(availableNow=True)`` the query reads what was committed when it started,
+    in micro-batches of at most ``maxRecordsPerTrigger`` rows, then ends."""
 
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
         self._db: Database | None = None
+        self._target: int | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         # Executors get the options only; each task opens its own database.
-        return {"options": self.options, "_db": None}
+        return {"options": self.options, "_db": None, "_target": None}
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        target = now_us()
+        live_tokens(self._database(), self.options.stream, target)  # once ``target`` is safe
+        self._target = target
 
     def _database(self) -> Database:
         if self._db is None:
@@ -142,10 +166,11 @@ class ChangeStreamStreamReader(DataSourceStreamReader):
         return self._db
 
     def initialOffset(self) -> dict[str, Any]:
-        start = self.options.starting_timestamp
-        if start is None:
-            start = now_us()
-        tokens = live_tokens(self._database(), self.options.stream, start)
+        db = self._database()
+        start = resolve_position(
+            db, self.options.stream, self.options.starting or LATEST, self.options.fail_on_data_loss
+        )
+        tokens = live_tokens(db, self.options.stream, start)
         return Frontier.initial(start, tokens).to_offset()
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -156,8 +181,13 @@ class ChangeStreamStreamReader(DataSourceStreamReader):
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         frontier = Frontier.from_offset(start)
         db = self._database()
-        until = max(now_us(), frontier.timestamp)
-        live_tokens(db, self.options.stream, until)  # returns once ``until`` is safe
+        if self._target is not None:
+            if frontier.timestamp >= self._target:
+                return start
+            until = self._target
+        else:
+            until = max(now_us(), frontier.timestamp)
+            live_tokens(db, self.options.stream, until)  # returns once ``until`` is safe
         max_records = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         end = next_frontier(
             db,
@@ -166,6 +196,7 @@ class ChangeStreamStreamReader(DataSourceStreamReader):
             until,
             max_records,
             self.options.heartbeat_milliseconds * 1000,
+            self.options.row_per_mod,
         )
         return end.to_offset()
 

@@ -1,0 +1,250 @@
+"""The pipeline's work inside Spark tasks: events are built, written and staged where the rows are.
+
+A micro-batch's rows (one per mod, from the ``changestream`` source) reach :class:`CdcTask` as
+Arrow batches (``mapInArrow``); backfill chunks reach :class:`BackfillTask` as key ranges. Each
+task builds the Datastream events of its rows, writes them to segments (see
+:mod:`changestream.datastream.segments`: a replayed batch rewrites the same ones), and stages,
+per object, the MERGE source of the Delta replica — the newest change of each key it saw — as an
+Arrow IPC file. What returns to the driver is one small summary row per file, so the driver's
+memory does not grow with the batch.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import defaultdict
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+import orjson
+import pyarrow as pa
+from pyspark import TaskContext
+
+import changestream
+from changestream.datastream.events import CdcMod, Event, backfill_events, cdc_events
+from changestream.datastream.segments import (
+    BACKFILL_LANE,
+    CDC_LANE,
+    SegmentWriter,
+    publish_lane,
+)
+from changestream.ddl.schema import Table
+from changestream.spark.backfill import Chunk
+from changestream.spark.replica import DeltaReplica, latest_per_key
+
+#: What a task reports per file: ``kind`` is ``events`` (a segment), ``replica`` (a staged
+#: MERGE source) or ``chunk`` (a finished backfill chunk: ``seq`` its index, ``read_timestamp``
+#: its snapshot).
+SUMMARY_SCHEMA: Final = pa.schema(
+    [
+        ("kind", pa.string()),
+        ("object", pa.string()),
+        ("path", pa.string()),
+        ("events", pa.int64()),
+        ("seq", pa.int64()),
+        ("read_timestamp", pa.int64()),
+    ]
+)
+#: The same as a Spark DDL schema (``mapInArrow``'s return type).
+SUMMARY_DDL: Final = ", ".join(
+    f"{f.name} {'string' if f.type == pa.string() else 'bigint'}" for f in SUMMARY_SCHEMA
+)
+Summary = tuple[str, str, str, int, int, int]
+
+_MOD_COLUMNS: Final = (
+    "table_name",
+    "server_transaction_id",
+    "record_sequence",
+    "mod_index",
+    "mod_type",
+    "keys",
+    "new_values",
+    "old_values",
+)
+
+
+@dataclass(frozen=True)
+class TaskPlan:
+    """What every task of one pipeline needs; pickled to the executors.
+
+    ``tables`` are the stream's tables by name (rows of other tables are skipped);
+    ``segments`` and ``staging`` are directories every executor can write to.
+    """
+
+    stream_name: str
+    schema: str
+    tables: Mapping[str, Table]
+    format: str
+    max_file_bytes: int
+    segments: str
+    staging: str
+    replica: str | None
+
+    def writer(self, lane: str, seq: int, task: int) -> SegmentWriter:
+        return SegmentWriter(Path(self.segments), self.format, self.max_file_bytes, lane, seq, task)
+
+    @functools.cached_property
+    def replicas(self) -> dict[str, DeltaReplica]:
+        root = self.replica or ""
+        return {name: DeltaReplica(root, self.schema, t) for name, t in self.tables.items()}
+
+
+class _Staging:
+    """The newest change per key of each object seen by one task, as Arrow."""
+
+    def __init__(self, plan: TaskPlan) -> None:
+        self.plan = plan
+        self.parts: dict[str, list[pa.Table]] = defaultdict(list)
+
+    def add(self, events: Sequence[Event]) -> None:
+        if self.plan.replica is None or not events:
+            return
+        by_table: dict[str, list[Event]] = defaultdict(list)
+        for event in events:
+            by_table[event.source_metadata.table].append(event)
+        for table, table_events in by_table.items():
+            self.parts[table].append(self.plan.replicas[table].source_rows(table_events))
+
+    def write(self, batch_key: str, task: int) -> list[Summary]:
+        out: list[Summary] = []
+        for table, parts in self.parts.items():
+            replica = self.plan.replicas[table]
+            rows = latest_per_key(pa.concat_tables(parts), list(replica.table.primary_key))
+            path = Path(self.plan.staging) / batch_key / replica.object / f"{task:05d}.arrow"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, rows.schema) as w:
+                w.write_table(rows)
+            out.append(("replica", replica.object, str(path), rows.num_rows, 0, 0))
+        return out
+
+
+def _segments(written: Iterable[tuple[str, Path, int]], seq: int) -> list[Summary]:
+    return [("events", obj, str(path), n, seq, 0) for obj, path, n in written]
+
+
+def _summary(rows: list[Summary]) -> pa.RecordBatch:
+    columns: list[Sequence[object]] = (
+        list(zip(*rows, strict=True)) if rows else [[] for _ in SUMMARY_SCHEMA]
+    )
+    return pa.RecordBatch.from_arrays(
+        [pa.array(c, f.type) for c, f in zip(columns, SUMMARY_SCHEMA, strict=True)],
+        schema=SUMMARY_SCHEMA,
+    )
+
+
+def cdc_events_of(plan: TaskPlan, rows: pa.RecordBatch) -> list[Event]:
+    """The events of source rows (``rowPerMod``) of the plan's tables, in row order; their
+    read timestamp is the rows' newest commit, so a replay produces the same events."""
+    stamps = rows.column("commit_timestamp").cast(pa.int64()).to_pylist()
+    columns = {name: rows.column(name).to_pylist() for name in _MOD_COLUMNS}
+    mods: dict[str, list[CdcMod]] = defaultdict(list)
+    loads = orjson.loads
+    for i, table in enumerate(columns["table_name"]):
+        if table not in plan.tables:
+            continue
+        mods[table].append(
+            CdcMod(
+                commit_timestamp=stamps[i],
+                server_transaction_id=columns["server_transaction_id"][i],
+                record_sequence=columns["record_sequence"][i],
+                mod_index=columns["mod_index"][i],
+                mod_type=columns["mod_type"][i],
+                keys=loads(columns["keys"][i]),
+                new_values=loads(columns["new_values"][i]),
+                old_values=loads(columns["old_values"][i]),
+            )
+        )
+    read_at = max(stamps, default=0)
+    events: list[Event] = []
+    for name, table_mods in mods.items():
+        events.extend(
+            cdc_events(plan.stream_name, plan.schema, plan.tables[name], table_mods, read_at)
+        )
+    return events
+
+
+@dataclass(frozen=True, slots=True)
+class CdcTask:
+    """``mapInArrow`` function of micro-batch ``batch_id``: source rows in, summary rows out."""
+
+    plan: TaskPlan
+    batch_id: int
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        context = TaskContext.get()
+        task = 0 if context is None else context.partitionId()
+        writer = self.plan.writer(CDC_LANE, self.batch_id, task)
+        staging = _Staging(self.plan)
+        try:
+            for batch in batches:
+                events = cdc_events_of(self.plan, batch)
+                writer.write(events)
+                staging.add(events)
+        except BaseException:
+            writer.abort()
+            raise
+        rows = _segments(writer.close(), self.batch_id)
+        rows += staging.write(f"cdc-{self.batch_id}", task)
+        yield _summary(rows)
+
+
+@dataclass(frozen=True, slots=True)
+class BackfillTask:
+    """``mapPartitions`` function reading backfill chunks of ``table`` from ``database``."""
+
+    plan: TaskPlan
+    database: str
+    token: str | None
+    table: str
+
+    def __call__(self, chunks: Iterable[Chunk]) -> Iterator[Summary]:
+        table = self.plan.tables[self.table]
+        db = changestream.open_path_or_url(self.database, self.token)
+        try:
+            for chunk in chunks:
+                snapshot = db.read_snapshot(self.table, chunk.key_range())
+                at = snapshot.read_timestamp
+                events = backfill_events(
+                    self.plan.stream_name, self.plan.schema, table, snapshot.rows, at, at
+                )
+                writer = self.plan.writer(BACKFILL_LANE, chunk.index, 0)
+                try:
+                    writer.write(events)
+                except BaseException:
+                    writer.abort()
+                    raise
+                yield from _segments(writer.close(), chunk.index)
+                staging = _Staging(self.plan)
+                staging.add(events)
+                obj = self.plan.replicas[self.table].object
+                yield from staging.write(f"backfill-{obj}-{chunk.index}", 0)
+                yield ("chunk", obj, "", len(events), chunk.index, at)
+        finally:
+            db.close()
+
+
+@dataclass(frozen=True, slots=True)
+class PublishTask:
+    """``foreach`` function publishing one lane directory (see ``datastream.segments``)."""
+
+    destination: str
+    incarnation: str
+    format: str
+    max_file_bytes: int
+
+    def __call__(self, directory: str) -> None:
+        publish_lane(
+            Path(directory),
+            Path(self.destination),
+            self.incarnation,
+            self.format,
+            self.max_file_bytes,
+        )
+
+
+def read_staged(paths: Iterable[str]) -> pa.Table | None:
+    """The staged MERGE sources at ``paths``, concatenated (None when there are none)."""
+    tables = [pa.ipc.open_file(pa.memory_map(p)).read_all() for p in paths]
+    return pa.concat_tables(tables) if tables else None
