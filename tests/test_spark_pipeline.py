@@ -7,21 +7,26 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+import uuid
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 pytest.importorskip("pyspark")
 
 import changestream
+from changestream.clock import now_us
 from changestream.datastream import StreamCatalog, StreamDefinition
 from changestream.datastream.files import event_files, read_events
 from changestream.spark.pipeline import Pipeline, PipelineFailed, PipelineOptions
 from changestream.spark.replica import DeltaReplica
+from tests.lineage import read_lineage
 from tests.spark_support import ITEMS, Writer, write_items
 
 pytestmark = pytest.mark.spark
@@ -129,8 +134,9 @@ def _create_items(path: str, rows: int) -> None:
     with changestream.open(path) as db:
         db.execute_ddl([ITEMS, ALL])
         db.set_split_policy(enabled=False)
-        with db.transaction() as tx:
-            tx.insert("Items", ["Id", "Name", "Qty"], [[i, f"r{i}", i] for i in range(rows)])
+        if rows:
+            with db.transaction() as tx:
+                tx.insert("Items", ["Id", "Name", "Qty"], [[i, f"r{i}", i] for i in range(rows)])
 
 
 def test_backfill_with_concurrent_writes_then_cdc_leaves_replica_equal_to_source(
@@ -200,7 +206,42 @@ def test_an_unwritable_destination_is_retried_recorded_and_fails_the_stream(
     assert all(e.object in ("source_Items", "*") for e in errors)
 
 
-def test_pipeline_killed_with_sigkill_mid_batch_restarts_and_replica_matches(
+def _expected_cdc_uuids(path: str, stream: str, end: int) -> set[str]:
+    """The uuid of every change committed after ``streams start`` (through ``end``), read with
+    the read function and derived with the documented recipe: a UUID 5 of the change."""
+    namespace = uuid.UUID("6b19f7f1-b143-460a-aabc-117f902a791b")
+    with changestream.open(path) as db:
+        start = StreamCatalog(db).progress(stream).cdc_start_timestamp
+        assert start is not None
+        reads = read_lineage(db, "Everything", start, end)
+    return {
+        str(
+            uuid.uuid5(
+                namespace,
+                orjson.dumps(
+                    [
+                        "cdc",
+                        stream,
+                        f"source_{record.table_name}",
+                        record.commit_timestamp,
+                        record.server_transaction_id,
+                        record.record_sequence,
+                        index,
+                    ]
+                ).decode(),
+            )
+        )
+        for partition in reads
+        for record in partition.records
+        for index in range(len(record.mods))
+    }
+
+
+def _pipeline_command(path: str, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "changestream", "pipeline", "run", "s1", "--db", path, *extra]
+
+
+def test_pipeline_killed_with_sigkill_mid_batch_restarts_with_every_event_once(
     tmp_path: Path,
 ) -> None:
     path = str(tmp_path / "source.db")
@@ -208,30 +249,137 @@ def test_pipeline_killed_with_sigkill_mid_batch_restarts_and_replica_matches(
     _stream(path, tmp_path)
     with changestream.open(path) as db:
         write_items(db, seed=21, transactions=30)
-    command = [sys.executable, "-m", "changestream", "pipeline", "run", "s1", "--db", path]
-    command += ["--trigger-seconds", "0.5", "--max-records-per-trigger", "20"]
+    command = _pipeline_command(path, "--trigger-seconds", "0.5", "--max-records-per-trigger", "20")
     writer = Writer(path, seed=22, transactions=10_000, pause=0.01)
     process = subprocess.Popen(
         command, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     try:
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
+        rows = 0
+        while time.monotonic() < deadline and rows <= 400:
             with changestream.open(path) as db:
-                if StreamCatalog(db).progress("s1").rows_processed > 400:
-                    break
+                rows = StreamCatalog(db).progress("s1").rows_processed
             assert process.poll() is None, "the pipeline died on its own"
             time.sleep(0.2)
+        # The kill lands while the pipeline is running and the writer still commits.
+        assert rows > 400 and process.poll() is None and writer.is_alive()
     finally:
         os.killpg(process.pid, signal.SIGKILL)
         process.wait()
+    assert process.returncode == -signal.SIGKILL
     writer.finish(stop=True)
+    end = now_us()
     finished = subprocess.run(
         [*command[:-4], "--until-caught-up"], capture_output=True, text=True, timeout=300
     )
     assert finished.returncode == 0, finished.stderr[-2000:]
     replica, source = _replica_rows(tmp_path / "replica", path, "Items"), _source_rows(path)
     assert replica == source, (finished.stdout[-600:], len(replica), len(source))
+    events = _events(tmp_path / "events")
+    cdc = [e for e in events if e["read_method"] == "changestream-cdc"]
+    # Every change after `streams start` is an event: none missing, none invented...
+    assert {e["uuid"] for e in cdc} == _expected_cdc_uuids(path, "s1", end)
+    # ...and a uuid seen twice is a replay of the same event, never another change.
+    by_uuid: dict[str, dict[str, Any]] = {}
+    for event in events:
+        seen = by_uuid.setdefault(event["uuid"], event)
+        assert {**seen, "read_timestamp": 0} == {**event, "read_timestamp": 0}
+    backfill = [e for e in events if e["read_method"] == "changestream-backfill"]
+    # Backfill emits each row of its snapshot once (rows deleted before it are not there).
+    backfilled = len({e["payload"]["Id"] for e in backfill})
+    assert backfilled == len({e["uuid"] for e in backfill}) and 250 < backfilled <= 300
+
+
+def test_a_trickle_makes_a_few_files_per_rotation_interval_not_one_per_batch(
+    spark: Any, tmp_path: Path
+) -> None:
+    path = str(tmp_path / "source.db")
+    _create_items(path, rows=0)
+    _stream(path, tmp_path, backfill="none", file_rotation_interval=2.0)
+    options = PipelineOptions(trigger_seconds=0.2, poll_seconds=0.2)
+    runner = threading.Thread(target=Pipeline("s1", path, options, spark=spark).run, daemon=True)
+    runner.start()
+    with changestream.open(path) as db:
+        with db.transaction() as tx:
+            tx.insert("Items", ["Id", "Name", "Qty"], [[0, "t", 0]])
+        deadline = time.monotonic() + 120  # Spark's first micro-batch starts its workers
+        while StreamCatalog(db).progress("s1").rows_processed < 1:
+            assert time.monotonic() < deadline and runner.is_alive()
+            time.sleep(0.1)
+        began = time.monotonic()
+        for n in range(1, 80):  # about 10 changes/s for 8 s
+            with db.transaction() as tx:
+                tx.insert("Items", ["Id", "Name", "Qty"], [[n, "t", n]])
+            time.sleep(0.1)
+        seconds = time.monotonic() - began
+        time.sleep(1.0)
+        StreamCatalog(db).transition("s1", "pause")
+    runner.join(timeout=120)
+    assert not runner.is_alive(), "the pipeline did not stop on pause"
+    with changestream.open(path) as db:
+        progress = StreamCatalog(db).progress("s1")
+    batches = progress.detail["last_batch_id"] + 1
+    files = event_files(tmp_path / "events")
+    events = _events(tmp_path / "events")
+    assert sorted(e["payload"]["Id"] for e in events) == list(range(80))
+    # About one file per 2 s of trickle (plus the one closed when the pipeline stopped), not
+    # one per micro-batch.
+    assert 2 <= len(files) <= seconds / 2 + 2, (len(files), batches)
+    assert len(files) < batches
+
+
+def _java_processes(group: int) -> list[int]:
+    """The JVMs in process group ``group``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[2]) == group and b"java" in cmdline.split(b"\0")[0]:
+            found.append(int(entry.name))
+    return found
+
+
+def test_a_spark_driver_that_dies_ends_the_run_with_a_recorded_error(tmp_path: Path) -> None:
+    path = str(tmp_path / "source.db")
+    _create_items(path, rows=50)
+    _stream(path, tmp_path)
+    process = subprocess.Popen(
+        _pipeline_command(path, "--trigger-seconds", "0.5"),
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            with changestream.open(path) as db:
+                if StreamCatalog(db).get("s1").state.value == "Running":
+                    break
+            time.sleep(0.2)
+        jvms = _java_processes(process.pid)
+        assert jvms, "the pipeline's Spark JVM must be running"
+        for pid in jvms:
+            os.kill(pid, signal.SIGKILL)
+        # The run ends by itself, within a bounded time, with status 2 and the error recorded.
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    assert process.returncode == 2, stderr[-2000:]
+    with changestream.open(path) as db:
+        catalog = StreamCatalog(db)
+        assert catalog.get("s1").state.value == "Failed"
+        assert any("Spark" in e.message for e in catalog.errors("s1"))
+        assert catalog.describe("s1")["pipeline_attached"] is False
 
 
 def test_a_dropped_change_stream_fails_the_stream_permanently(spark: Any, tmp_path: Path) -> None:

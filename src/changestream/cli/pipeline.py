@@ -9,6 +9,9 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from changestream.cli.common import TOKEN_KEY
 from changestream.clock import format_ts
 
+#: ``PipelineOptions``' default, repeated so ``--help`` needs no pyspark import.
+DEFAULT_MAX_RECORDS_PER_TRIGGER = 200_000
+
 
 @click.group()
 def pipeline() -> None:
@@ -39,9 +42,18 @@ def pipeline() -> None:
 )
 @click.option(
     "--max-records-per-trigger",
-    type=click.IntRange(min=1),
-    default=None,
-    help="At most this many change records per micro-batch (default: all available).",
+    type=click.IntRange(min=0),
+    default=DEFAULT_MAX_RECORDS_PER_TRIGGER,
+    show_default=True,
+    help="At most this many changes per micro-batch (whole commits; 0: no limit).",
+)
+@click.option(
+    "--batch-timeout",
+    type=click.FloatRange(min=1),
+    default=900.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="Fail the run (recording the error) when a micro-batch runs longer than this.",
 )
 @click.option(
     "--chunk-rows",
@@ -58,7 +70,8 @@ def run(
     master: str,
     until_caught_up: bool,
     trigger_seconds: float,
-    max_records_per_trigger: int | None,
+    max_records_per_trigger: int,
+    batch_timeout: float,
     chunk_rows: int,
 ) -> None:
     """Run stream NAME's pipeline: backfill its objects, then stream every change as events
@@ -76,8 +89,9 @@ def run(
         token=ctx.meta.get(TOKEN_KEY),
         until_caught_up=until_caught_up,
         trigger_seconds=trigger_seconds,
-        max_records_per_trigger=max_records_per_trigger,
+        max_records_per_trigger=max_records_per_trigger or None,
         chunk_rows=chunk_rows,
+        batch_timeout_seconds=batch_timeout,
     )
     columns = (
         TextColumn("[bold]{task.description}"),

@@ -238,7 +238,12 @@ class Pipeline:
                     message = f"stream {self.name!r} failed: {failure.message}"
                     raise PipelineFailed(message, failure.retriable) from exc
                 try:
-                    status = self._monitor(spark, query, target)
+                    try:
+                        status = self._monitor(spark, query, target)
+                    finally:
+                        _stop_between_batches(query)
+                    # Close the files of every event landed so far (their rotation may not
+                    # be due): a stopped pipeline leaves nothing unpublished.
                     self._guard(lambda: self._publish(spark, force=True))
                     return status
                 except PipelineFailed as failure:
@@ -251,12 +256,10 @@ class Pipeline:
                     )
                     time.sleep(delay)
                     self.catalog.transition(self.name, "retry")
-                finally:
-                    _stop_between_batches(query)
         finally:
             heartbeat.stop()
             if self._spark is None:
-                spark.stop()
+                _stop_session(spark)
             self.db.close()
 
     def _guard(self, work: Callable[[], None]) -> None:
@@ -595,6 +598,13 @@ def _stop_between_batches(query: StreamingQuery, patience: float = 30.0) -> None
             query.stop()
     except Exception as exc:  # the JVM is gone: nothing left to stop
         log.debug("stopping the query failed: %s", exc)
+
+
+def _stop_session(spark: SparkSession) -> None:
+    try:
+        spark.stop()
+    except Exception as exc:  # the JVM is gone: nothing left to stop
+        log.debug("stopping Spark failed: %s", exc)
 
 
 def _frontier(query: StreamingQuery) -> int | None:
