@@ -16,6 +16,7 @@ Streaming::
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator, MutableMapping, Sequence
 from typing import Any
 
@@ -76,8 +77,59 @@ class ChangeStreamDataSource(DataSource):
 
 
 def register(spark: SparkSession) -> None:
-    """Register the source as format ``"changestream"`` on ``spark``."""
-    spark.dataSource.register(ChangeStreamDataSource)
+    """Register the source as format ``"changestream"`` on ``spark``.
+
+    A small Spark job first checks that Spark's Python workers can import changestream; when
+    they cannot (``PYSPARK_PYTHON`` names another interpreter, say), the format is registered
+    all the same but fails at ``load()`` with a message saying so and how to fix it."""
+    problem = _worker_import_problem(spark)
+    if problem is None:
+        spark.dataSource.register(ChangeStreamDataSource)
+    else:
+        spark.dataSource.register(_unavailable_source(problem))
+
+
+def _worker_import_problem(spark: SparkSession) -> str | None:
+    """Why Spark's Python workers cannot import changestream, or None when they can."""
+
+    def probe(_: object) -> str:
+        # Runs on a worker, pickled by value: it must not need changestream itself.
+        import sys
+
+        try:
+            import changestream.spark.source  # noqa: F401
+        except Exception as exc:
+            return f"{sys.executable}: {type(exc).__name__}: {exc}"
+        return ""
+
+    worker = spark.sparkContext.pythonExec
+    try:
+        (found,) = spark.sparkContext.parallelize([0], 1).map(probe).collect()
+    except Exception as exc:
+        found = f"{worker}: {str(exc).strip().splitlines()[-1]}"
+    if not found:
+        return None
+    return (
+        f"format 'changestream' is not usable: Spark's Python workers cannot import "
+        f"changestream ({found}). Install changestream with its spark extra into the "
+        f"interpreter the workers run (spark.pyspark.python or PYSPARK_PYTHON, now "
+        f"{worker!r}), or point them at one that has it, e.g. {sys.executable!r}"
+    )
+
+
+def _unavailable_source(problem: str) -> type[DataSource]:
+    """A stand-in format ``changestream`` whose ``load()`` fails with ``problem``. Defined
+    here so Spark pickles it by value: workers that cannot import changestream can run it."""
+
+    class ChangeStreamUnavailable(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "changestream"
+
+        def schema(self) -> str:
+            raise RuntimeError(problem)
+
+    return ChangeStreamUnavailable
 
 
 def _open(options: SourceOptions) -> Database:
