@@ -1,35 +1,32 @@
-"""Pipeline benchmark: changes/s from commit to event files and Delta replica on Spark, and lag.
+"""Pipeline benchmark: `changestream pipeline run` as users run it, on Spark, with its checks.
 
-A source database with one table (split into ``--partitions`` partitions, split policy off) and
-a ``FOR ALL`` change stream (``NEW_ROW_AND_OLD_VALUES``); a stream with an event destination
-(``--format``) and a Delta replica, backfill ``none``, started. Workload: upserts of distinct
-random keys below ``--keys`` (so inserts at first, then more and more updates), ``--rows-per-txn``
-rows per transaction. Inserts and updates of one transaction land in separate data change
-records of each partition (a record has one ``mod_type``), so ``--records-per-trigger`` admits
-fewer changes per micro-batch than records times ``--rows-per-txn``.
+A source database with one table (``--partitions`` partitions, split policy off) and a ``FOR
+ALL`` change stream (``NEW_ROW_AND_OLD_VALUES``); two streams started before any change, one
+writing JSON files and one Avro files, each with a Delta replica, backfill ``none``. Workload:
+upserts of distinct random keys below ``--keys``, ``--rows-per-txn`` rows per transaction.
 
-1. Catch-up (steady-state throughput): ``--changes`` changes are committed first, then the
-   pipeline runs on ``--master`` (``until_caught_up``, 1-second trigger, at most
-   ``--records-per-trigger`` records per micro-batch) until every one has landed. Throughput is
-   events landed (files written and MERGEd into Delta) per second from the start of the first
-   micro-batch to the end of the last, so the query's start-up is left out (reported apart).
-   Each micro-batch is timed by parts: Spark (collecting the batch to the driver, the rest of
-   ``_process``), building events, writing files, the Delta MERGE.
-2. Live (lag): a writer process commits ``--rate`` changes/s for ``--seconds`` while the
-   pipeline runs; the lag of each event is the time its micro-batch finished delivering minus
-   its commit timestamp (p50/p99), and the stream's progress lag (now minus
-   ``last_commit_timestamp``) is sampled every 0.5 s.
+1. Baseline, in this process: the raw read function over the same changes (mods/s).
+2. Catch-up, per format: ``changestream pipeline run NAME --db PATH --until-caught-up`` in a
+   subprocess; changes/s is the changes over the wall clock from the command's start to its
+   exit (start-up included; the time to the first micro-batch is reported beside it). The
+   driver's peak RSS (its Python process and its JVM) is sampled every 0.2 s. Where the time
+   goes comes from Spark's own metrics, read from the run's event log: the query progress of
+   each micro-batch (planning, addBatch, offsets) and the stages' wall time inside addBatch.
+3. Live: the JSON stream's pipeline runs while a writer process commits ``--rate`` changes/s
+   for ``--seconds``; each change's lag is the end of the first micro-batch whose end offset
+   covers its commit timestamp (from the event log) minus that commit timestamp.
 
-Baseline, measured in the same run on the same events: the sinks without Spark. The catch-up
-changes are read with the read function, turned into events with ``cdc_events`` and delivered
-with ``EventFileWriter.write_batch`` and ``DeltaReplica.apply`` in batches of the sizes the
-pipeline's micro-batches had, one after another in this process; for both JSON and Avro. The
-ratios show what Spark and the pipeline add on top of the sinks. Prints one JSON line.
+Every phase checks what it produced and exits non-zero on a mismatch: the event files hold
+exactly the uuids of the changes committed after ``streams start`` (derived from the read
+function, each once), and each replica equals the source row for row. ``--smoke`` runs it all
+at a tiny size. Prints one JSON line, with the goals of the pipeline issue and whether each
+was met.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
 import os
@@ -40,13 +37,15 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Sequence
+import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 import changestream
 from changestream import DataChangeRecord
-from changestream.clock import now_us
 
 log = logging.getLogger("pipeline_bench")
 
@@ -59,7 +58,16 @@ CHANGE_STREAM = (
     "OPTIONS (value_capture_type = 'NEW_ROW_AND_OLD_VALUES')"
 )
 COLUMNS = ["OrderId", "Customer", "Amount", "Note"]
-STREAM = "bench"
+FORMATS = ("json", "avro")
+#: The goals of the pipeline issue, on local[2].
+GOALS = {
+    "json_delta_changes_per_s": 100_000,
+    "json_delta_over_raw_read": 0.2,
+    "avro_delta_changes_per_s": 60_000,
+    "live_lag_p99_ms": 1_500,
+}
+#: The documented recipe of CDC event uuids (see ``changestream.datastream.events``).
+UUID_NAMESPACE = uuid.UUID("6b19f7f1-b143-460a-aabc-117f902a791b")
 
 WRITER = """
 import random, sys, time
@@ -80,8 +88,12 @@ with changestream.open(path) as db:
             pause = began + done / rate - time.monotonic()
             if pause > 0:
                 time.sleep(pause)
-    print(done, db.last_commit_ts(), time.monotonic() - began, flush=True)
+    print(done, time.monotonic() - began, flush=True)
 """
+
+
+def stream_name(fmt: str) -> str:
+    return f"bench_{fmt}"
 
 
 def upserts(db: changestream.EmbeddedDatabase, changes: int, per_txn: int, keys: int) -> None:
@@ -95,76 +107,7 @@ def upserts(db: changestream.EmbeddedDatabase, changes: int, per_txn: int, keys:
             tx.insert_or_update("Orders", COLUMNS, rows)
 
 
-class Batches:
-    """What the instrumented pipeline saw, micro-batch by micro-batch."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.rows: list[dict[str, Any]] = []
-        self.lags_ms: list[float] = []
-        self.current: dict[str, Any] = {}
-
-    def add(self, part: str, seconds: float) -> None:
-        self.current[part] = self.current.get(part, 0.0) + seconds
-
-
-def instrumented_pipeline(batches: Batches) -> type:
-    """A Pipeline subclass timing each micro-batch by parts (no change to its behaviour)."""
-    from changestream.spark.pipeline import Pipeline
-
-    class Timed:
-        def __init__(self, inner: Any, part: str, method: str) -> None:
-            self._inner, self._part, self._method = inner, part, method
-
-        def __getattr__(self, name: str) -> Any:
-            attribute = getattr(self._inner, name)
-            if name != self._method:
-                return attribute
-
-            def timed(*args: Any, **kwargs: Any) -> Any:
-                began = time.perf_counter()
-                try:
-                    return attribute(*args, **kwargs)
-                finally:
-                    batches.add(self._part, time.perf_counter() - began)
-
-            return timed
-
-    class TimedPipeline(Pipeline):  # type: ignore[misc]
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            self._files = Timed(self._files, "files_s", "write_batch")
-
-        def _process(self, batch: Any, batch_id: int) -> None:
-            batches.current = {"batch_id": batch_id, "start": time.perf_counter()}
-            super()._process(batch, batch_id)
-            row = batches.current
-            row["end"] = time.perf_counter()
-            with batches.lock:
-                batches.rows.append(row)
-
-        def _cdc_events(self, rows: Any, stamps: Any, tables: Any) -> Any:
-            batches.current["rows"] = rows.num_rows
-            began = time.perf_counter()
-            events = super()._cdc_events(rows, stamps, tables)
-            batches.add("events_s", time.perf_counter() - began)
-            return events
-
-        def _deliver(self, events: Iterable[Any], batch_key: str) -> None:
-            events = list(events)
-            super()._deliver(events, batch_key)
-            landed = now_us()
-            batches.current["events"] = batches.current.get("events", 0) + len(events)
-            with batches.lock:
-                batches.lags_ms.extend((landed - e.source_timestamp) / 1000 for e in events)
-
-        def _replica(self, event: Any) -> Any:
-            return Timed(super()._replica(event), "delta_s", "apply")
-
-    return TimedPipeline
-
-
-def setup(path: str, tmp: Path, args: argparse.Namespace, fmt: str) -> None:
+def setup(path: str, tmp: Path, args: argparse.Namespace) -> None:
     from changestream.datastream import StreamCatalog, StreamDefinition
 
     with changestream.open(path) as db:
@@ -173,295 +116,430 @@ def setup(path: str, tmp: Path, args: argparse.Namespace, fmt: str) -> None:
         for index in range(1, args.partitions):
             db.split_at("Orders", (index * args.keys // args.partitions,))
         catalog = StreamCatalog(db)
-        catalog.create(
-            StreamDefinition(
-                name=STREAM,
-                database=path,
-                change_stream="Everything",
-                destination=str(tmp / "events"),
-                format=fmt,
-                replica=str(tmp / "replica"),
-                backfill="none",
+        for fmt in FORMATS:
+            catalog.create(
+                StreamDefinition(
+                    name=stream_name(fmt),
+                    database=path,
+                    change_stream="Everything",
+                    destination=str(tmp / f"events-{fmt}"),
+                    format=fmt,
+                    replica=str(tmp / f"replica-{fmt}"),
+                    backfill="none",
+                )
             )
-        )
-        catalog.transition(STREAM, "start")
+            catalog.transition(stream_name(fmt), "start")
 
 
-def percentiles(values: Sequence[float], prefix: str = "") -> dict[str, Any]:
-    if not values:
-        return {f"{prefix}samples": 0}
-    ordered = sorted(values)
-    return {
-        f"{prefix}samples": len(ordered),
-        f"{prefix}p50_ms": round(statistics.median(ordered), 1),
-        f"{prefix}p99_ms": round(ordered[max(int(len(ordered) * 0.99) - 1, 0)], 1),
-        f"{prefix}max_ms": round(ordered[-1], 1),
-    }
+Change = tuple[int, str, str, int]
 
 
-def catch_up(args: argparse.Namespace, spark: Any, path: str, fmt: str) -> dict[str, Any]:
-    from changestream.spark.pipeline import PipelineOptions
-
-    batches = Batches()
-    options = PipelineOptions(
-        master=args.master,
-        until_caught_up=True,
-        trigger_seconds=1.0,
-        max_records_per_trigger=args.records_per_trigger,
-    )
-    pipeline = instrumented_pipeline(batches)(STREAM, path, options, spark=spark)
+def read_changes(path: str, start: int, end: int) -> tuple[float, list[Change]]:
+    """Seconds to read every mod committed in ``[start, end]`` with the read function (each
+    partition of the lineage over its own time range), and each mod's identity: commit
+    timestamp, transaction, record sequence, index in its record."""
     began = time.perf_counter()
-    pipeline.run()
-    wall = time.perf_counter() - began
-    rows = [b for b in batches.rows if b.get("events")]
-    log.debug("micro-batches (rows, events): %s", [(b["rows"], b["events"]) for b in rows])
-    if not rows:
-        raise SystemExit("the pipeline delivered nothing")
-    events = sum(b["events"] for b in rows)
-    if events != args.changes:
-        raise SystemExit(f"the pipeline delivered {events} events, expected {args.changes}")
-    steady = rows[-1]["end"] - rows[0]["start"]
-    parts = ["files_s", "delta_s", "events_s"]
-    totals = {part: sum(b.get(part, 0.0) for b in rows) for part in parts}
-    in_batches = sum(b["end"] - b["start"] for b in rows)
-    return {
-        "events": events,
-        "micro_batches": len(rows),
-        "events_per_batch_p50": statistics.median(b["events"] for b in rows),
-        "wall_s_with_query_start": round(wall, 2),
-        "first_batch_after_s": round(rows[0]["start"] - began, 2),
-        "steady_s": round(steady, 3),
-        "changes_per_s": round(events / steady),
-        # Share of the steady time spent in each part (the rest: Spark between batches).
-        "share_spark_collect_and_driver": round((in_batches - sum(totals.values())) / steady, 3),
-        "share_events": round(totals["events_s"] / steady, 3),
-        "share_files": round(totals["files_s"] / steady, 3),
-        "share_delta_merge": round(totals["delta_s"] / steady, 3),
-        "share_between_batches": round((steady - in_batches) / steady, 3),
-        "_sizes": [b["events"] for b in rows],
-    }
-
-
-def live(args: argparse.Namespace, spark: Any, path: str, tmp: Path, seed: int) -> dict[str, Any]:
-    from changestream.datastream import StreamCatalog
-    from changestream.spark.pipeline import PipelineOptions
-
-    batches = Batches()
-    options = PipelineOptions(master=args.master, trigger_seconds=1.0)
-    pipeline = instrumented_pipeline(batches)(STREAM, path, options, spark=spark)
+    changes: list[Change] = []
     with changestream.open(path) as db:
-        if StreamCatalog(db).get(STREAM).state.value == "Paused":
-            StreamCatalog(db).transition(STREAM, "resume")
-    failure: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            pipeline.run()
-        except BaseException as exc:  # reported by the main thread
-            failure.append(exc)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 120
-    while not batches.rows and time.monotonic() < deadline and not failure:
-        time.sleep(0.1)  # the query runs (empty micro-batches come with heartbeats)
-    if failure or not batches.rows:
-        raise SystemExit(f"the pipeline did not start: {failure}")
-    first = len(batches.lags_ms)
-    command = [
-        sys.executable,
-        "-c",
-        WRITER,
-        path,
-        str(args.rate),
-        str(args.seconds),
-        str(args.live_rows_per_txn),
-        str(args.keys),
-        str(seed),
-    ]
-    writer = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
-    samples: list[float] = []
-    with changestream.open(path) as db:
-        catalog = StreamCatalog(db)
-        while writer.poll() is None:
-            time.sleep(0.5)
-            last = catalog.progress(STREAM).last_commit_timestamp
-            if last is not None:
-                samples.append((now_us() - last) / 1000)
-        out, _ = writer.communicate()
-        written, last_commit, writer_s = out.split()
-        deadline = time.monotonic() + 300
-        while (catalog.progress(STREAM).last_commit_timestamp or 0) < int(last_commit):
-            if failure or time.monotonic() > deadline:
-                raise SystemExit(f"the pipeline did not catch up: {failure}")
-            time.sleep(0.2)
-        catalog.transition(STREAM, "pause")
-    thread.join(60)
-    lags = batches.lags_ms[first:]
-    if len(lags) != int(written):
-        log.warning("live: %d events landed for %s changes written", len(lags), written)
-    return {
-        "target_changes_per_s": args.rate,
-        "rows_per_txn": args.live_rows_per_txn,
-        "changes": int(written),
-        "writer_changes_per_s": round(int(written) / float(writer_s)),
-        **percentiles(lags, "event_lag_"),
-        **percentiles(samples, "progress_lag_"),
-    }
-
-
-def read_mods(path: str) -> tuple[Any, list[Any]]:
-    """The Orders table and every CdcMod of the stream's change stream, in commit order."""
-    from changestream.datastream import StreamCatalog
-    from changestream.datastream.events import CdcMod
-
-    mods: list[CdcMod] = []
-    with changestream.open(path) as db:
-        table = next(t for t in db.tables() if t.name == "Orders")
-        start = StreamCatalog(db).progress(STREAM).cdc_start_timestamp
-        assert start is not None
-        end = db.last_commit_ts()
-        for partition in db.partitions("Everything"):
-            for record in db.read_change_stream("Everything", start, end, partition.token):
-                if not isinstance(record, DataChangeRecord) or record.table_name != "Orders":
-                    continue
-                for index, mod in enumerate(record.mods):
-                    mods.append(
-                        CdcMod(
+        for partition in db.partition_history("Everything"):
+            first = max(start, partition.start_timestamp)
+            last = end if partition.end_timestamp is None else min(end, partition.end_timestamp - 1)
+            if first > last:
+                continue
+            for record in db.read_change_stream("Everything", first, last, partition.token):
+                if isinstance(record, DataChangeRecord):
+                    changes.extend(
+                        (
                             record.commit_timestamp,
                             record.server_transaction_id,
                             record.record_sequence,
                             index,
-                            record.mod_type,
-                            mod.keys,
-                            mod.new_values,
-                            mod.old_values,
                         )
+                        for index in range(len(record.mods))
                     )
-    mods.sort(key=lambda m: (m.commit_timestamp, m.record_sequence, m.mod_index))
-    return table, mods
+    return time.perf_counter() - began, changes
 
 
-def baseline(
-    path: str, tmp: Path, sizes: Sequence[int], fmt: str, replica: bool
-) -> dict[str, float]:
-    """Seconds to build events and to deliver them to the sinks, without Spark."""
-    from changestream.datastream.definition import schema_name
-    from changestream.datastream.events import cdc_events
-    from changestream.datastream.files import EventFileWriter
+def expected_uuids(stream: str, changes: Sequence[Change]) -> set[str]:
+    """The uuid of each change's event, by the documented recipe."""
+    return {
+        str(
+            uuid.uuid5(
+                UUID_NAMESPACE,
+                orjson.dumps(["cdc", stream, "source_Orders", ts, tx, seq, index]).decode(),
+            )
+        )
+        for ts, tx, seq, index in changes
+    }
+
+
+def check_events(root: Path, stream: str, changes: Sequence[Change]) -> int:
+    """Exit unless the event files under ``root`` hold exactly one event per change (by uuid;
+    a uuid twice only as the same event replayed). Returns the number of events read."""
+    from changestream.datastream.files import event_files, read_events
+
+    seen: dict[str, str] = {}
+    count = 0
+    for file in event_files(root):
+        for event in read_events(file):
+            count += 1
+            body = orjson.dumps({**event, "read_timestamp": None}, option=orjson.OPT_SORT_KEYS)
+            digest = hashlib.sha1(body).hexdigest()
+            if seen.setdefault(event["uuid"], digest) != digest:
+                raise SystemExit(f"{stream}: uuid {event['uuid']} names two different events")
+    wanted = expected_uuids(stream, changes)
+    got = set(seen)
+    if got != wanted:
+        raise SystemExit(
+            f"{stream}: {len(wanted - got)} changes have no event, "
+            f"{len(got - wanted)} events match no change ({len(got)} distinct, {count} read)"
+        )
+    return count
+
+
+def check_replica(path: str, tmp: Path, fmt: str) -> int:
+    """Exit unless the format's Delta replica equals the source row for row."""
     from changestream.spark.replica import DeltaReplica
 
+    with changestream.open(path) as db:
+        table = next(t for t in db.tables() if t.name == "Orders")
+        source = db.read("Orders")
+    replica = DeltaReplica(tmp / f"replica-{fmt}", "source", table).read_rows()
+    if replica != source:
+        raise SystemExit(f"replica-{fmt}: {len(replica)} rows, the source has {len(source)}")
+    return len(source)
+
+
+def spark_env(eventlog: Path) -> dict[str, str]:
+    eventlog.mkdir(parents=True, exist_ok=True)
+    conf = [
+        "spark.eventLog.enabled=true",
+        f"spark.eventLog.dir={eventlog}",
+        "spark.eventLog.compress=false",
+        "spark.ui.showConsoleProgress=false",
+    ]
+    args = " ".join(f"--conf {c}" for c in conf)
+    return {**os.environ, "PYSPARK_SUBMIT_ARGS": f"{args} pyspark-shell"}
+
+
+class PeakRss:
+    """Samples the resident memory of a process and of its JVM (its descendants) until
+    stopped; ``python_mb`` and ``jvm_mb`` are the peaks."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.python_mb = 0.0
+        self.jvm_mb = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.2):
+            self.python_mb = max(self.python_mb, _rss_mb(self.pid))
+            for child in _descendants(self.pid):
+                if b"java" in _cmdline(child):
+                    self.jvm_mb = max(self.jvm_mb, _rss_mb(child))
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def _rss_mb(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+    except OSError:
+        return b""
+
+
+def _descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(parent, []).append(int(entry.name))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def spark_metrics(eventlog: Path) -> dict[str, Any]:
+    """Per micro-batch: start and end (ms since the epoch), end watermark (µs), and Spark's
+    durations; plus the wall time of the stages that ran inside each batch."""
+    batches: list[dict[str, Any]] = []
+    stages: list[tuple[int, int]] = []
+    started: int | None = None
+    for file in sorted(eventlog.rglob("events_*")):
+        with open(file, "rb") as lines:
+            for line in lines:
+                event = orjson.loads(line)
+                kind = event["Event"]
+                if kind == "SparkListenerApplicationStart":
+                    started = event["Timestamp"]
+                elif kind.endswith("QueryProgressEvent"):
+                    progress = event["progress"]
+                    if "batchId" not in progress or not progress.get("sources"):
+                        continue
+                    begin = _epoch_ms(progress["timestamp"])
+                    durations = progress["durationMs"]
+                    end_offset = progress["sources"][0]["endOffset"]
+                    if isinstance(end_offset, str):
+                        end_offset = json.loads(end_offset)
+                    batches.append(
+                        {
+                            "begin": begin,
+                            "end": begin + durations.get("triggerExecution", 0),
+                            "watermark": end_offset["watermark"],
+                            "rows": progress.get("numInputRows", 0),
+                            **{k: v for k, v in durations.items()},
+                        }
+                    )
+                elif kind == "SparkListenerStageCompleted":
+                    info = event["Stage Info"]
+                    if "Submission Time" in info and "Completion Time" in info:
+                        stages.append((info["Submission Time"], info["Completion Time"]))
+    return {"app_start": started, "batches": batches, "stages": stages}
+
+
+def _epoch_ms(text: str) -> int:
+    import datetime as dt
+
+    moment = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return int(moment.timestamp() * 1000)
+
+
+def breakdown(metrics: dict[str, Any], wall_s: float) -> dict[str, Any]:
+    """Where the run's time went, by Spark's own metrics (shares of the wall clock)."""
+    batches = [b for b in metrics["batches"] if b.get("addBatch")]
+    if not batches:
+        return {}
+    in_tasks = 0
+    for begin, end in metrics["stages"]:
+        for batch in batches:
+            low, high = max(begin, batch["begin"]), min(end, batch["end"])
+            in_tasks += max(0, high - low)
+    add = sum(b["addBatch"] for b in batches)
+    planning = sum(b.get("latestOffset", 0) + b.get("queryPlanning", 0) for b in batches)
+    offsets = sum(b.get("walCommit", 0) + b.get("commitOffsets", 0) for b in batches)
+    wall_ms = wall_s * 1000
+    first = batches[0]["begin"]
+    return {
+        "micro_batches": len(batches),
+        "to_first_batch_s": round((first - (metrics["app_start"] or first)) / 1000, 2),
+        "share_spark_tasks": round(in_tasks / wall_ms, 3),
+        "share_driver_in_batches": round(max(0, add - in_tasks) / wall_ms, 3),
+        "share_planning_latest_offset": round(planning / wall_ms, 3),
+        "share_offset_log": round(offsets / wall_ms, 3),
+        "share_startup_and_between": round(max(0.0, 1 - (add + planning + offsets) / wall_ms), 3),
+    }
+
+
+def run_pipeline(
+    path: str, name: str, args: argparse.Namespace, eventlog: Path, until_caught_up: bool
+) -> subprocess.Popen[bytes]:
+    command = [sys.executable, "-m", "changestream", "pipeline", "run", name, "--db", path]
+    command += ["--master", args.master, "--trigger-seconds", str(args.trigger_seconds)]
+    if args.max_records_per_trigger is not None:
+        command += ["--max-records-per-trigger", str(args.max_records_per_trigger)]
+    if until_caught_up:
+        command.append("--until-caught-up")
+    return subprocess.Popen(
+        command, env=spark_env(eventlog), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+
+
+def finish(process: subprocess.Popen[bytes], what: str, timeout: float) -> None:
+    try:
+        _, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+        raise SystemExit(f"{what}: did not finish within {timeout:.0f}s") from None
+    if process.returncode != 0:
+        raise SystemExit(f"{what}: exit {process.returncode}: {stderr.decode()[-1500:]}")
+
+
+def catch_up(
+    path: str, tmp: Path, args: argparse.Namespace, fmt: str, changes: Sequence[Change]
+) -> dict[str, Any]:
+    eventlog = tmp / f"eventlog-catch-up-{fmt}"
     began = time.perf_counter()
-    table, mods = read_mods(path)
-    read_s = time.perf_counter() - began
-    schema = schema_name(path)
-    files = EventFileWriter(tmp / f"baseline-{fmt}", fmt)
-    delta = DeltaReplica(tmp / f"baseline-{fmt}-replica", schema, table)
-    timings = {"read_s": read_s, "events_s": 0.0, "files_s": 0.0, "delta_s": 0.0}
-
-    at = 0
-    for index, size in enumerate(sizes):
-        chunk = mods[at : at + size]
-        at += size
-        t0 = time.perf_counter()
-        events = cdc_events(STREAM, schema, table, chunk, chunk[-1].commit_timestamp)
-        t1 = time.perf_counter()
-        files.write_batch(events, f"cdc-{index}")
-        t2 = time.perf_counter()
-        if replica:
-            delta.apply(events)
-        t3 = time.perf_counter()
-        timings["events_s"] += t1 - t0
-        timings["files_s"] += t2 - t1
-        timings["delta_s"] += t3 - t2
-    if at != len(mods):
-        raise SystemExit(f"baseline: {len(mods)} mods read, the pipeline delivered {at}")
-    return timings
+    process = run_pipeline(path, stream_name(fmt), args, eventlog, until_caught_up=True)
+    rss = PeakRss(process.pid)
+    try:
+        finish(process, f"catch-up {fmt}", timeout=3600)
+    finally:
+        rss.stop()
+    wall = time.perf_counter() - began
+    events = check_events(tmp / f"events-{fmt}", stream_name(fmt), changes)
+    rows = check_replica(path, tmp, fmt)
+    return {
+        "changes": len(changes),
+        "events_read": events,
+        "replica_rows": rows,
+        "wall_s": round(wall, 2),
+        "changes_per_s": round(len(changes) / wall),
+        "driver_peak_rss_mb": round(rss.python_mb),
+        "jvm_peak_rss_mb": round(rss.jvm_mb),
+        **breakdown(spark_metrics(eventlog), wall),
+    }
 
 
-def main() -> None:
+def live(path: str, tmp: Path, args: argparse.Namespace, catch_up_end: int) -> dict[str, Any]:
+    from changestream.datastream import StreamCatalog
+
+    name = stream_name("json")
+    eventlog = tmp / "eventlog-live"
+    process = run_pipeline(path, name, args, eventlog, until_caught_up=False)
+    try:
+        deadline = time.monotonic() + 180
+        with changestream.open(path) as db:
+            catalog = StreamCatalog(db)
+            while (
+                not catalog.describe(name)["pipeline_attached"]
+                or catalog.get(name).state.value != "Running"
+            ):
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit("live: the pipeline did not start")
+                time.sleep(0.2)
+            # Warm up: one change through a first micro-batch, which starts Spark's workers.
+            before = catalog.progress(name).rows_processed
+            with db.transaction() as tx:
+                tx.insert_or_update("Orders", COLUMNS, [[0, "warm-up", 0, "live"]])
+            while catalog.progress(name).rows_processed <= before:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit("live: the pipeline did not process a first change")
+                time.sleep(0.2)
+            warm = db.last_commit_ts()
+            rate, seconds, per_txn = str(args.rate), str(args.seconds), str(args.live_rows_per_txn)
+            writer = subprocess.run(
+                [sys.executable, "-c", WRITER, path, rate, seconds, per_txn, str(args.keys), "1"],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            written, writer_s = writer.stdout.split()
+            last = db.last_commit_ts()
+            while (catalog.progress(name).last_commit_timestamp or 0) < last:
+                if process.poll() is not None or time.monotonic() > deadline + args.seconds:
+                    raise SystemExit("live: the pipeline did not catch up with the writer")
+                time.sleep(0.2)
+            catalog.transition(name, "pause")
+        finish(process, "live", timeout=300)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    _, changes = read_changes(path, warm + 1, last)
+    if len(changes) != int(written):
+        raise SystemExit(f"live: {written} changes written, the stream holds {len(changes)}")
+    _, everything = read_changes(path, 0, last)
+    check_events(tmp / "events-json", name, everything)
+    check_replica(path, tmp, "json")
+    batches = spark_metrics(eventlog)["batches"]
+    lags = []
+    for ts, *_ in changes:
+        ends = [b["end"] for b in batches if b["watermark"] >= ts]
+        if not ends:
+            raise SystemExit(f"live: no micro-batch covers the change committed at {ts}")
+        lags.append(min(ends) - ts / 1000)
+    ordered = sorted(lags)
+    return {
+        "target_changes_per_s": args.rate,
+        "rows_per_txn": args.live_rows_per_txn,
+        "changes": len(changes),
+        "writer_changes_per_s": round(int(written) / float(writer_s)),
+        "lag_p50_ms": round(statistics.median(ordered), 1),
+        "lag_p99_ms": round(ordered[max(int(len(ordered) * 0.99) - 1, 0)], 1),
+        "lag_max_ms": round(ordered[-1], 1),
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--changes", type=int, default=300_000, help="catch-up changes")
     parser.add_argument("--keys", type=int, default=200_000, help="key space of the upserts")
     parser.add_argument("--rows-per-txn", type=int, default=100)
     parser.add_argument("--partitions", type=int, default=2)
-    parser.add_argument(
-        "--records-per-trigger",
-        type=int,
-        default=500,
-        help="maxRecordsPerTrigger of the catch-up (records of --rows-per-txn changes)",
-    )
-    parser.add_argument("--format", choices=["json", "avro"], default="json")
+    parser.add_argument("--max-records-per-trigger", type=int, default=None)
+    parser.add_argument("--trigger-seconds", type=float, default=1.0)
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--rate", type=float, default=5_000, help="live changes/s (0: max)")
     parser.add_argument("--live-rows-per-txn", type=int, default=10)
     parser.add_argument("--seconds", type=float, default=20.0, help="live phase length")
     parser.add_argument("--skip-live", action="store_true")
-    args = parser.parse_args()
+    parser.add_argument("--smoke", action="store_true", help="a tiny run checking its counts")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.changes, args.keys, args.rate, args.seconds = 2_000, 5_000, 300, 3.0
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    logging.getLogger("py4j").setLevel(logging.WARNING)
-    # No console progress bars on stderr (the JVM reads this when it starts).
-    os.environ.setdefault(
-        "PYSPARK_SUBMIT_ARGS", "--conf spark.ui.showConsoleProgress=false pyspark-shell"
-    )
-    from changestream.spark import local_session
-
     result: dict[str, Any] = {"benchmark": "pipeline", "master": args.master}
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         path = str(tmp / "source.db")
-        setup(path, tmp, args, args.format)
+        setup(path, tmp, args)
         began = time.perf_counter()
         with changestream.open(path) as db:
             upserts(db, args.changes, args.rows_per_txn, args.keys)
+            end = db.last_commit_ts()
         load_s = time.perf_counter() - began
-        log.info("committed %d changes in %.1fs", args.changes, load_s)
-        spark = local_session(args.master, "changestream-bench")
-        spark.sparkContext.setLogLevel("ERROR")
-        try:
-            log.info("catch-up: the pipeline drains %d changes", args.changes)
-            ours = catch_up(args, spark, path, args.format)
-            sizes = ours.pop("_sizes")
-            log.info("baseline: the sinks without Spark")
-            sinks = {
-                fmt: baseline(path, tmp, sizes, fmt, replica=fmt == args.format)
-                for fmt in ("json", "avro")
-            }
-            if not args.skip_live:
-                log.info("live: %.0f changes/s for %.0fs", args.rate, args.seconds)
-                result["live"] = live(args, spark, path, tmp, seed=1)
-        finally:
-            spark.stop()
-    base = sinks[args.format]
-    sink_s = base["files_s"] + base["delta_s"]
-    all_s = sink_s + base["events_s"] + base["read_s"]
-    events = ours["events"]
+        read_s, changes = read_changes(path, 0, end)
+        if len(changes) != args.changes:
+            raise SystemExit(f"read {len(changes)} changes, committed {args.changes}")
+        raw = len(changes) / read_s
+        log.info("raw read function: %.0f changes/s", raw)
+        for fmt in FORMATS:
+            log.info("catch-up into %s files + Delta: %d changes", fmt, len(changes))
+            result[f"catch_up_{fmt}_delta"] = catch_up(path, tmp, args, fmt, changes)
+        if not args.skip_live:
+            log.info("live: %.0f changes/s for %.0fs", args.rate, args.seconds)
+            result["live"] = live(path, tmp, args)
+    json_rate = result["catch_up_json_delta"]["changes_per_s"]
+    figures = {
+        "json_delta_changes_per_s": json_rate,
+        "json_delta_over_raw_read": round(json_rate / raw, 3),
+        "avro_delta_changes_per_s": result["catch_up_avro_delta"]["changes_per_s"],
+    }
+    if "live" in result:
+        figures["live_lag_p99_ms"] = result["live"]["lag_p99_ms"]
     result.update(
         {
-            "format": args.format,
-            "partitions": args.partitions,
+            "changes": args.changes,
             "rows_per_txn": args.rows_per_txn,
-            "keys": args.keys,
+            "partitions": args.partitions,
             "load_changes_per_s": round(args.changes / load_s),
-            "catch_up": ours,
-            "baseline_no_spark": {
-                "read_function_s": round(base["read_s"], 3),
-                "events_s": round(base["events_s"], 3),
-                "files_s": round(base["files_s"], 3),
-                "delta_merge_s": round(base["delta_s"], 3),
-                "sinks_changes_per_s": round(events / sink_s),
-                "delta_only_changes_per_s": round(events / base["delta_s"]),
-                "read_build_and_sinks_changes_per_s": round(events / all_s),
-                "json_files_changes_per_s": round(events / sinks["json"]["files_s"]),
-                "avro_files_changes_per_s": round(events / sinks["avro"]["files_s"]),
-                "json_events_changes_per_s": round(events / sinks["json"]["events_s"]),
+            "raw_read_changes_per_s": round(raw),
+            **figures,
+            "goals": {
+                name: {
+                    "goal": goal,
+                    "figure": figures[name],
+                    "met": figures[name] <= goal if name.endswith("_ms") else figures[name] >= goal,
+                }
+                for name, goal in GOALS.items()
+                if name in figures
             },
-            "pipeline_over_sinks": round(ours["changes_per_s"] * sink_s / events, 3),
-            "pipeline_over_no_spark": round(ours["changes_per_s"] * all_s / events, 3),
-            "goal_changes_per_s_into_delta": 100_000,
         }
     )
-    print(json.dumps(result))
+    print(json.dumps(result), flush=True)
+    return result
 
 
 if __name__ == "__main__":
