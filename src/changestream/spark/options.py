@@ -18,6 +18,7 @@ COMMON = (
     "stream",
     "token",
     "rowPerMod",
+    "rowPerRange",
     "maxPartitions",
     "startingTimestamp",
     "startTimestamp",
@@ -47,6 +48,7 @@ class SourceOptions:
     stream: str
     token: str | None = None
     row_per_mod: bool = False
+    row_per_range: bool = False
     max_partitions: int | None = None
     #: A timestamp (µs), ``"earliest"`` or ``"latest"``; None: the mode's default.
     starting: Position | None = None
@@ -55,6 +57,11 @@ class SourceOptions:
     max_records_per_trigger: int | None = None
     heartbeat_milliseconds: int = DEFAULT_HEARTBEAT_MS
     given: frozenset[str] = frozenset()
+
+    @property
+    def counts_mods(self) -> bool:
+        """Whether admission control counts mods (changes) rather than records."""
+        return self.row_per_mod or self.row_per_range
 
     def tasks(self, streaming: bool) -> int:
         """How many Spark tasks a read may use (``maxPartitions``, or the mode's default)."""
@@ -105,6 +112,7 @@ def parse_options(raw: Mapping[str, str]) -> SourceOptions:
         stream=stream,
         token=values.get("token"),
         row_per_mod=_boolean(values, "rowPerMod"),
+        row_per_range=_boolean(values, "rowPerRange"),
         max_partitions=_positive(values, "maxPartitions"),
         starting=_position(values, "startingTimestamp") or _position(values, "startTimestamp"),
         ending=_position(values, "endingTimestamp") or _position(values, "endTimestamp"),

@@ -1,9 +1,10 @@
 """The Datastream-style pipeline: one Spark Structured Streaming job per stream.
 
-The job reads the stream's change stream with the ``changestream`` source (one row per mod)
-from the position ``streams start`` fixed. The work happens in Spark tasks (see ``tasks``): each
-micro-batch's rows become events in the tasks, which write them to segments and stage the
-newest change per key for the Delta replica. The driver then, per micro-batch:
+The job plans micro-batches with the ``changestream`` source (one row per partition range to
+read, ``rowPerRange``) from the position ``streams start`` fixed. The work happens in Spark
+tasks (see ``tasks``): each task reads its ranges' changes, turns them into events, writes them
+to segments and stages the newest change per key for the Delta replica. The driver then, per
+micro-batch:
 
 1. backfills the objects that need it (chunks read, turned into events and written by tasks;
    the driver records which chunks are done);
@@ -293,7 +294,7 @@ class Pipeline:
             .option("database", self.database)
             .option("stream", self.definition.change_stream)
             .option("startingTimestamp", format_ts(start))
-            .option("rowPerMod", "true")
+            .option("rowPerRange", "true")
         )
         if self.options.token:
             reader = reader.option("token", self.options.token)
@@ -427,7 +428,7 @@ class Pipeline:
             self._backfill(spark)
             plan = self._plan(self._tables())
             summary = self._attempts(
-                "*", lambda: batch.mapInArrow(CdcTask(plan, batch_id), SUMMARY_DDL).toArrow()
+                "*", lambda: batch.mapInArrow(self._cdc_task(plan, batch_id), SUMMARY_DDL).toArrow()
             ).to_pylist()
             self._merge(plan, summary, f"cdc-{batch_id}")
             self._publish(spark, force=False)
@@ -440,6 +441,11 @@ class Pipeline:
             message, retriable = classify(exc)
             self._failure = _BatchError("*", message, retriable)
             raise
+
+    def _cdc_task(self, plan: TaskPlan, batch_id: int) -> CdcTask:
+        return CdcTask(
+            plan, batch_id, self.database, self.options.token, self.definition.change_stream
+        )
 
     def _attempts(self, obj: str, work: Callable[[], T]) -> T:
         """``work()``, tried ``attempts`` times with backoff while it fails retriably; each

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Iterator
 import orjson
 import pyarrow as pa
 
+from changestream.spark.frontier import ReadRange
 from changestream.streams.records import DataChangeRecord
 
 _COMMON_HEAD = [
@@ -35,6 +36,15 @@ RECORD_SCHEMA = pa.schema(
 #: ``rowPerMod=true``: one row per mod, with its index in the record.
 MOD_SCHEMA = pa.schema([*_COMMON_HEAD, ("mod_index", pa.int64()), *_MOD_FIELDS, *_COMMON_TAIL])
 
+#: ``rowPerRange=true``: one row per partition range to read, not the records themselves.
+RANGE_SCHEMA = pa.schema(
+    [
+        ("partition_token", pa.string()),
+        ("start_micros", pa.int64()),
+        ("end_micros", pa.int64()),
+    ]
+)
+
 _SPARK_TYPES = {
     pa.timestamp("us", tz="UTC"): "timestamp",
     pa.string(): "string",
@@ -43,9 +53,9 @@ _SPARK_TYPES = {
 }
 
 
-def spark_schema(row_per_mod: bool) -> str:
+def spark_schema(row_per_mod: bool, row_per_range: bool = False) -> str:
     """The Spark DDL schema string of the source's rows."""
-    schema = MOD_SCHEMA if row_per_mod else RECORD_SCHEMA
+    schema = RANGE_SCHEMA if row_per_range else MOD_SCHEMA if row_per_mod else RECORD_SCHEMA
     mods = "array<struct<keys: string, new_values: string, old_values: string>>"
     return ", ".join(
         f"{f.name} {mods if f.name == 'mods' else _SPARK_TYPES[f.type]}" for f in schema
@@ -69,6 +79,19 @@ def record_batches(
             batch = _Columns(schema)
     if batch.rows:
         yield batch.to_arrow()
+
+
+def range_batch(reads: Iterable[ReadRange]) -> pa.RecordBatch:
+    """The ``rowPerRange`` rows of ``reads``."""
+    reads = list(reads)
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array([r.token for r in reads], pa.string()),
+            pa.array([r.start for r in reads], pa.int64()),
+            pa.array([r.end for r in reads], pa.int64()),
+        ],
+        schema=RANGE_SCHEMA,
+    )
 
 
 class _Columns:

@@ -48,12 +48,13 @@ from changestream.spark.planning import (
     read_records,
     resolve_position,
 )
-from changestream.spark.rows import record_batches, spark_schema
+from changestream.spark.rows import range_batch, record_batches, spark_schema
 from changestream.streams.interface import Database
 
 
 class ChangeStreamDataSource(DataSource):
-    """Reads a change stream, one row per data change record (or per mod, ``rowPerMod``)."""
+    """Reads a change stream, one row per data change record (or per mod, ``rowPerMod``; or
+    per partition range to read, ``rowPerRange``, for jobs that read the ranges themselves)."""
 
     def __init__(self, options: MutableMapping[str, str]) -> None:
         super().__init__(options)
@@ -65,7 +66,7 @@ class ChangeStreamDataSource(DataSource):
 
     def schema(self) -> str:
         _check_stream(self.checked)
-        return spark_schema(self.checked.row_per_mod)
+        return spark_schema(self.checked.row_per_mod, self.checked.row_per_range)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         self.checked.require_mode(streaming=False)
@@ -103,6 +104,8 @@ def _worker_import_problem(spark: SparkSession) -> str | None:
         return ""
 
     worker = spark.sparkContext.pythonExec
+    if (spark.sparkContext.master or "").startswith("local") and worker == sys.executable:
+        return None  # the workers run this very interpreter, which imports changestream
     try:
         (found,) = spark.sparkContext.parallelize([0], 1).map(probe).collect()
     except Exception as exc:
@@ -151,6 +154,9 @@ def _check_stream(options: SourceOptions) -> None:
 def _read(options: SourceOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
     """One Spark task: its partition ranges (``partition.value``), one after another."""
     reads: list[ReadRange] = partition.value
+    if options.row_per_range:
+        yield range_batch(reads)
+        return
     db = _open(options)
     try:
         for read in reads:
@@ -248,7 +254,7 @@ class ChangeStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
             until,
             max_records,
             self.options.heartbeat_milliseconds * 1000,
-            self.options.row_per_mod,
+            self.options.counts_mods,
         )
         return end.to_offset()
 

@@ -1,12 +1,12 @@
 """The pipeline's work inside Spark tasks: events are built, written and staged where the rows are.
 
-A micro-batch's rows (one per mod, from the ``changestream`` source) reach :class:`CdcTask` as
-Arrow batches (``mapInArrow``); backfill chunks reach :class:`BackfillTask` as key ranges. Each
-task builds the Datastream events of its rows, writes them to segments (see
-:mod:`changestream.datastream.segments`: a replayed batch rewrites the same ones), and stages,
-per object, the MERGE source of the Delta replica — the newest change of each key it saw — as an
-Arrow IPC file. What returns to the driver is one small summary row per file, so the driver's
-memory does not grow with the batch.
+A micro-batch's partition ranges (the ``changestream`` source's ``rowPerRange`` rows) reach
+:class:`CdcTask` as Arrow batches (``mapInArrow``), and the task reads their changes itself;
+backfill chunks reach :class:`BackfillTask` as key ranges. Each task builds the Datastream
+events of its rows, writes them to segments (see :mod:`changestream.datastream.segments`: a
+replayed batch rewrites the same ones), and stages, per object, the MERGE source of the Delta
+replica — the newest change of each key it saw — as an Arrow IPC file. What returns to the
+driver is one small summary row per file, so the driver's memory does not grow with the batch.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-import orjson
 import pyarrow as pa
 from pyspark import TaskContext
 
@@ -32,7 +31,10 @@ from changestream.datastream.segments import (
 )
 from changestream.ddl.schema import Table
 from changestream.spark.backfill import Chunk
+from changestream.spark.frontier import ReadRange
+from changestream.spark.planning import read_records
 from changestream.spark.replica import DeltaReplica, latest_per_key
+from changestream.streams.interface import Database
 
 #: What a task reports per file: ``kind`` is ``events`` (a segment), ``replica`` (a staged
 #: MERGE source) or ``chunk`` (a finished backfill chunk: ``seq`` its index, ``read_timestamp``
@@ -52,17 +54,6 @@ SUMMARY_DDL: Final = ", ".join(
     f"{f.name} {'string' if f.type == pa.string() else 'bigint'}" for f in SUMMARY_SCHEMA
 )
 Summary = tuple[str, str, str, int, int, int]
-
-_MOD_COLUMNS: Final = (
-    "table_name",
-    "server_transaction_id",
-    "record_sequence",
-    "mod_index",
-    "mod_type",
-    "keys",
-    "new_values",
-    "old_values",
-)
 
 
 @dataclass(frozen=True)
@@ -134,57 +125,82 @@ def _summary(rows: list[Summary]) -> pa.RecordBatch:
     )
 
 
-def cdc_events_of(plan: TaskPlan, rows: pa.RecordBatch) -> list[Event]:
-    """The events of source rows (``rowPerMod``) of the plan's tables, in row order; their
-    read timestamp is the rows' newest commit, so a replay produces the same events."""
-    stamps = rows.column("commit_timestamp").cast(pa.int64()).to_pylist()
-    columns = {name: rows.column(name).to_pylist() for name in _MOD_COLUMNS}
-    mods: dict[str, list[CdcMod]] = defaultdict(list)
-    loads = orjson.loads
-    for i, table in enumerate(columns["table_name"]):
-        if table not in plan.tables:
+#: Mods turned into events at a time (bounds a task's memory whatever a range holds).
+_EVENTS_PER_CHUNK: Final = 8192
+
+
+def range_events(
+    plan: TaskPlan, db: Database, change_stream: str, read: ReadRange
+) -> Iterator[list[Event]]:
+    """The events of the plan's tables in one partition range, in commit order, a chunk at a
+    time. Their read timestamp is the range's end, so a replay produces the same events."""
+    pending: dict[str, list[CdcMod]] = defaultdict(list)
+    count = 0
+    for record in read_records(db, change_stream, read):
+        if record.table_name not in plan.tables:
             continue
-        mods[table].append(
-            CdcMod(
-                commit_timestamp=stamps[i],
-                server_transaction_id=columns["server_transaction_id"][i],
-                record_sequence=columns["record_sequence"][i],
-                mod_index=columns["mod_index"][i],
-                mod_type=columns["mod_type"][i],
-                keys=loads(columns["keys"][i]),
-                new_values=loads(columns["new_values"][i]),
-                old_values=loads(columns["old_values"][i]),
+        mods = pending[record.table_name]
+        for index, mod in enumerate(record.mods):
+            mods.append(
+                CdcMod(
+                    record.commit_timestamp,
+                    record.server_transaction_id,
+                    record.record_sequence,
+                    index,
+                    record.mod_type,
+                    mod.keys,
+                    mod.new_values,
+                    mod.old_values,
+                )
             )
-        )
-    read_at = max(stamps, default=0)
-    events: list[Event] = []
+        count += len(record.mods)
+        if count >= _EVENTS_PER_CHUNK:
+            yield _events(plan, pending, read.end)
+            pending, count = defaultdict(list), 0
+    if count:
+        yield _events(plan, pending, read.end)
+
+
+def _events(plan: TaskPlan, mods: Mapping[str, list[CdcMod]], read_at: int) -> list[Event]:
+    out: list[Event] = []
     for name, table_mods in mods.items():
-        events.extend(
+        out.extend(
             cdc_events(plan.stream_name, plan.schema, plan.tables[name], table_mods, read_at)
         )
-    return events
+    return out
 
 
 @dataclass(frozen=True, slots=True)
 class CdcTask:
-    """``mapInArrow`` function of micro-batch ``batch_id``: source rows in, summary rows out."""
+    """``mapInArrow`` function of micro-batch ``batch_id``: the batch's partition ranges in
+    (the source's ``rowPerRange`` rows), summary rows out. Each task reads its ranges from
+    ``database`` itself, so the changes cross no process boundary on their way to events."""
 
     plan: TaskPlan
     batch_id: int
+    database: str
+    token: str | None
+    change_stream: str
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         context = TaskContext.get()
         task = 0 if context is None else context.partitionId()
         writer = self.plan.writer(CDC_LANE, self.batch_id, task)
         staging = _Staging(self.plan)
+        db = changestream.open_path_or_url(self.database, self.token)
         try:
             for batch in batches:
-                events = cdc_events_of(self.plan, batch)
-                writer.write(events)
-                staging.add(events)
+                tokens, starts, ends = (batch.column(i).to_pylist() for i in range(3))
+                for token, start, end in zip(tokens, starts, ends, strict=True):
+                    read = ReadRange(token, start, end)
+                    for events in range_events(self.plan, db, self.change_stream, read):
+                        writer.write(events)
+                        staging.add(events)
         except BaseException:
             writer.abort()
             raise
+        finally:
+            db.close()
         rows = _segments(writer.close(), self.batch_id)
         rows += staging.write(f"cdc-{self.batch_id}", task)
         yield _summary(rows)
