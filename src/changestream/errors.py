@@ -83,3 +83,7 @@ class Unavailable(ChangeStreamError):
     """The server could not be reached, is shutting down, or the connection broke."""
 
     http_status = 503
+
+
+class ResourceExhausted(InvalidArgument):
+    """A statement needed more parse or run time than the SQL limits allow."""

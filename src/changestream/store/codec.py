@@ -8,6 +8,7 @@ from typing import Any
 from changestream.ddl.schema import Column, Table
 from changestream.errors import InvalidArgument
 from changestream.types import COMMIT_TIMESTAMP, normalize, to_sqlite
+from changestream.values import text_problem
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _STORED_AS_IS = frozenset({"INT64", "FLOAT64", "STRING", "BYTES"})
@@ -47,6 +48,10 @@ def _within_bounds(column: Column, values: tuple[Any, ...]) -> bool:
     code, length = column.type.code, column.type.length
     if code == "INT64":
         return bool(min(present) >= _INT64_MIN and max(present) <= _INT64_MAX)
+    if code == "STRING" and text_problem("".join(present)) is not None:
+        return False
+    if code == "FLOAT64" and any(v != v for v in present):
+        return False  # normalize gives every NaN the same identity
     if length is not None:
         return max(map(len, present)) <= length
     return True
@@ -70,6 +75,7 @@ class RowCodec:
         self._checks = [_slow(c) for c in chosen]
         self._fast = [_fast_types(c) for c in chosen]
         self._stores_as_is = all(c.type.code in _STORED_AS_IS for c in chosen)
+        self._float_positions = [i for i, c in enumerate(chosen) if c.type.code == "FLOAT64"]
         self._stores = [_store_for(c) for c in chosen]
         self.key_positions = tuple(columns.index(k) for k in table.primary_key)
         self.covers_all_columns = len(columns) == len(table.columns)
@@ -109,10 +115,14 @@ class RowCodec:
 
     def stored(self, rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
         """Rows in SQLite storage form."""
-        if self._stores_as_is:
+        if self._stores_as_is and not self._has_nan(rows):
             return rows
         stores = self._stores
         return [tuple([store(v) for store, v in zip(stores, row, strict=True)]) for row in rows]
+
+    def _has_nan(self, rows: list[tuple[Any, ...]]) -> bool:
+        """Whether a FLOAT64 value is NaN (SQLite would store it as NULL unless converted)."""
+        return any(row[i] != row[i] for i in self._float_positions for row in rows)
 
     def key(self, row: tuple[Any, ...]) -> tuple[Any, ...]:
         return tuple([row[i] for i in self.key_positions])

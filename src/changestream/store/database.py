@@ -25,6 +25,7 @@ from changestream.ddl.schema import (
     Table,
 )
 from changestream.errors import AlreadyExists, InvalidArgument
+from changestream.sql.limits import DEFAULT_LIMITS, SqlLimits
 from changestream.store import documents
 from changestream.store import splits as split_ops
 from changestream.store.catalog import Catalog
@@ -35,9 +36,10 @@ from changestream.store.keys import KeyRange, encode_key, quote, table_prefix
 from changestream.store.load import forget_before
 from changestream.store.policy import Action, SplitPolicy, load_policy, save_policy
 from changestream.store.rebalancer import Rebalancer
-from changestream.store.rows import check_columns, key_condition, storage_key
+from changestream.store.rows import check_columns, key_condition, restore_nans, storage_key
 from changestream.store.splits import Split, SplitMap
 from changestream.store.sqlite_layout import SYSTEM_TABLE_NAMES, SYSTEM_TABLES
+from changestream.types import ColumnType
 
 _GC_INTERVAL_US = 60_000_000
 #: Rows a snapshot read returns at most per call (page with ``limit`` and a KeyRange).
@@ -100,7 +102,12 @@ class Store:
         busy_timeout: float = 5.0,
         capture: CaptureFn | None = None,
         clock: Clock | None = None,
+        sql_limits: SqlLimits = DEFAULT_LIMITS,
     ) -> None:
+        if not isinstance(sql_limits, SqlLimits):
+            raise InvalidArgument(f"sql_limits must be a SqlLimits, got {sql_limits!r}")
+        #: The bounds on each SQL statement's size, nesting, parse and run time.
+        self.sql_limits = sql_limits
         self._tempdir: str | None = None
         if path == ":memory:":
             self._tempdir = tempfile.mkdtemp(prefix="changestream-")
@@ -197,6 +204,12 @@ class Store:
         conn = self.connection()
         self._refresh(conn, self.read_meta(conn))
         return list(self._split_map.splits)
+
+    def column_type(self, table: str, column: str) -> ColumnType | None:
+        """The type of ``table``'s ``column``, or None when either does not exist."""
+        schema = self.catalog().tables.get(table)
+        found = schema.column(column) if schema is not None else None
+        return found.type if found is not None else None
 
     def codec(self, table: str, columns: Sequence[str]) -> RowCodec:
         """The row codec for writing ``columns`` of ``table`` (validated, cached per schema)."""
@@ -465,17 +478,18 @@ class Store:
             order += f" LIMIT {int(limit)}"
         conn = self.connection()
         if keys is None:
-            return conn.execute(select + order).fetchall()
+            return restore_nans(schema, names, conn.execute(select + order).fetchall())
         if isinstance(keys, KeyRange):
             where, params = keys.where(schema)
-            return conn.execute(f"{select} WHERE {where}{order}", params).fetchall()
+            in_range = conn.execute(f"{select} WHERE {where}{order}", params).fetchall()
+            return restore_nans(schema, names, in_range)
         condition = key_condition(schema)
         rows: list[tuple[Any, ...]] = []
         with self.snapshot() as conn:
             for key in keys:
                 found = conn.execute(f"{select} WHERE {condition}", storage_key(schema, key))
                 rows.extend(found.fetchall())
-        return rows
+        return restore_nans(schema, names, rows)
 
     def tables(self) -> list[Table]:
         """The user tables, by name: columns in schema order, primary key in key order."""

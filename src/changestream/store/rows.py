@@ -8,7 +8,7 @@ from typing import Any
 from changestream.ddl.schema import Table
 from changestream.errors import InvalidArgument
 from changestream.store.keys import quote
-from changestream.types import normalize, to_sqlite
+from changestream.types import NAN, NAN_TEXT, normalize, to_sqlite
 
 
 def key_condition(table: Table) -> str:
@@ -32,6 +32,30 @@ def storage_key(table: Table, key: Sequence[Any]) -> list[Any]:
     """A full primary key in SQLite storage form."""
     normalized = normalized_key(table, key)
     return [to_sqlite(c.type, v) for c, v in zip(table.key_columns, normalized, strict=True)]
+
+
+def restore_nans(
+    table: Table, names: Sequence[str], rows: list[tuple[Any, ...]]
+) -> list[tuple[Any, ...]]:
+    """``rows`` (of columns ``names``) with FLOAT64 NaN back as a float.
+
+    SQLite cannot store a NaN REAL, so it is kept as the text ``'NaN'``, and the column's
+    REAL values are read without a converter so they keep every bit.
+    """
+    floats = [i for i, name in enumerate(names) if _is_float(table, name)]
+    if not floats or not rows:
+        return rows
+    fixed = []
+    for row in rows:
+        if any(row[i] == NAN_TEXT for i in floats):
+            row = tuple(NAN if i in floats and v == NAN_TEXT else v for i, v in enumerate(row))
+        fixed.append(row)
+    return fixed
+
+
+def _is_float(table: Table, name: str) -> bool:
+    column = table.column(name)
+    return column is not None and column.type.code == "FLOAT64"
 
 
 def check_columns(table: Table, columns: Sequence[str], *, need_key: bool) -> tuple[str, ...]:

@@ -12,19 +12,21 @@ from changestream.clock import to_datetime
 from changestream.ddl.schema import Table
 from changestream.errors import (
     AlreadyExists,
+    ChangeStreamError,
     FailedPrecondition,
     InvalidArgument,
     NotFound,
 )
 from changestream.sql.statements import DmlStatement, parse_statement
+from changestream.store.budget import time_budget
 from changestream.store.changes import CommitContext, InsertBatch, RowChange
 from changestream.store.codec import RowCodec
 from changestream.store.database import WriteContext
 from changestream.store.keys import KeyRange, encode_key, quote
 from changestream.store.load import SplitLoad, record_load
-from changestream.store.rows import key_condition, normalized_key
+from changestream.store.rows import key_condition, normalized_key, restore_nans
 from changestream.store.splits import Split
-from changestream.types import COMMIT_TIMESTAMP, to_sqlite
+from changestream.types import COMMIT_TIMESTAMP, normalize, to_sqlite
 
 if TYPE_CHECKING:
     from changestream.store.database import Store
@@ -160,7 +162,7 @@ class ChangeTracker:
                 for c, v in zip(table.key_columns, key, strict=True)
             ]
             sql = f"SELECT * FROM {quote(table.name)} WHERE ({columns}) IN (VALUES {tuples})"
-            for row in self.conn.execute(sql, params):
+            for row in restore_nans(table, names, self.conn.execute(sql, params).fetchall()):
                 found[tuple(row[i] for i in key_at)] = dict(zip(names, row, strict=True))
         return found
 
@@ -244,9 +246,13 @@ class ChangeTracker:
         self._expand(table)
         if table.name in self.tracked:
             names = [c.name for c in table.columns]
-            rows = self.conn.execute(
-                f"SELECT * FROM {quote(table.name)} WHERE {where}", params
-            ).fetchall()
+            rows = restore_nans(
+                table,
+                names,
+                self.conn.execute(
+                    f"SELECT * FROM {quote(table.name)} WHERE {where}", params
+                ).fetchall(),
+            )
             for row in rows:
                 before = dict(zip(names, row, strict=True))
                 key = tuple(before[k] for k in table.primary_key)
@@ -292,6 +298,28 @@ class ChangeTracker:
             self._note(
                 table, key, before_by_key.get(key), dict(zip(names, row, strict=True)), written
             )
+
+
+def _written_rows(table: Table, cursor: sqlite3.Cursor, kind: str) -> list[tuple[Any, ...]]:
+    """The rows a DML statement's ``RETURNING *`` gives, each value checked against its
+    column's type: SQL expressions can compute anything, and nothing unreadable may stay."""
+    try:
+        rows = cursor.fetchall()
+    except (ChangeStreamError, ValueError, TypeError, ArithmeticError) as exc:
+        # A column's converter could not read what the statement wrote (say, text into ARRAY).
+        raise InvalidArgument(
+            f"{kind} on {table.name!r} wrote a value its column's type cannot hold: {exc}"
+        ) from exc
+    finally:
+        # An unfinished statement would keep the savepoint from being rolled back.
+        cursor.close()
+    names = [c.name for c in table.columns]
+    rows = restore_nans(table, names, rows)
+    if kind != "DELETE":
+        for row in rows:
+            for column, value in zip(table.columns, row, strict=True):
+                normalize(column.type, value, column.name)
+    return rows
 
 
 def _assign_splits(
@@ -428,24 +456,31 @@ class Transaction(MutationMethods):
     ) -> int:
         """Run an INSERT, UPDATE or DELETE statement now; returns the number of rows it changed."""
         self._check_open()
-        statement = parse_statement(dml, params)
+        store = self._store
+        statement = parse_statement(
+            dml, params, column_types=store.column_type, limits=store.sql_limits
+        )
         if not isinstance(statement, DmlStatement):
             raise InvalidArgument("execute_update takes INSERT, UPDATE or DELETE; use execute_sql")
         tracker = self._begin()
-        table = self._store.catalog().table(statement.table)
+        table = store.catalog().table(statement.table)
         keys_set = set(statement.columns) & set(table.primary_key)
         if statement.kind == "UPDATE" and keys_set:
             raise InvalidArgument(f"UPDATE cannot change key column(s) {', '.join(keys_set)}")
         conn = tracker.conn
+        names = [c.name for c in table.columns]
         conn.execute("SAVEPOINT cs_dml")
         try:
-            old_rows: list[tuple[Any, ...]] = []
-            if statement.kind == "UPDATE" and table.name in tracker.tracked:
-                assert statement.select_old_sql is not None
-                old_rows = conn.execute(
-                    statement.select_old_sql, statement.select_old_params
-                ).fetchall()
-            new_rows = conn.execute(statement.sql, statement.params).fetchall()
+            with time_budget(conn, store.sql_limits.execute_seconds, statement.kind):
+                old_rows: list[tuple[Any, ...]] = []
+                if statement.kind == "UPDATE" and table.name in tracker.tracked:
+                    assert statement.select_old_sql is not None
+                    old_rows = conn.execute(
+                        statement.select_old_sql, statement.select_old_params
+                    ).fetchall()
+                new_rows = _written_rows(
+                    table, conn.execute(statement.sql, statement.params), statement.kind
+                )
         except sqlite3.IntegrityError as exc:
             conn.execute("ROLLBACK TO cs_dml")
             if "UNIQUE" in str(exc) or "PRIMARY KEY" in str(exc):
@@ -454,9 +489,13 @@ class Transaction(MutationMethods):
         except sqlite3.Error as exc:
             conn.execute("ROLLBACK TO cs_dml")
             raise InvalidArgument(f"{statement.kind} on {table.name!r} failed: {exc}") from exc
+        except BaseException:
+            conn.execute("ROLLBACK TO cs_dml")
+            raise
         finally:
             conn.execute("RELEASE cs_dml")
         if table.name in tracker.tracked:
+            old_rows = restore_nans(table, names, old_rows)
             tracker.record_dml(statement, table, old_rows, new_rows)
         return len(new_rows)
 
