@@ -78,7 +78,10 @@ def _parse_ts(value: object, name: str) -> int:
                 int(year), int(month), int(day), int(hour), int(minute), int(second), tzinfo=dt.UTC
             )
         except ValueError as exc:
-            raise InvalidArgument(f"{name} is not a valid date/time: {value!r} ({exc})") from exc
+            raise InvalidArgument(
+                f"{name} is not a valid date/time: {value!r} ({exc}); "
+                f"allowed: {_RANGE_TEXT}"
+            ) from exc
         micros = int((frac or "").ljust(6, "0")[:6])
         us = _parse_ts(moment, name) + micros
         if zone and zone.upper() != "Z":
