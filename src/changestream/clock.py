@@ -79,8 +79,7 @@ def _parse_ts(value: object, name: str) -> int:
             )
         except ValueError as exc:
             raise InvalidArgument(
-                f"{name} is not a valid date/time: {value!r} ({exc}); "
-                f"allowed: {_RANGE_TEXT}"
+                f"{name} is not a valid date/time: {value!r} ({exc}); allowed: {_RANGE_TEXT}"
             ) from exc
         micros = int((frac or "").ljust(6, "0")[:6])
         us = _parse_ts(moment, name) + micros
