@@ -6,7 +6,6 @@ import base64
 import datetime as dt
 import decimal
 import math
-import reprlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +20,7 @@ from changestream.values import (
     float_problem,
     json_problem,
     numeric_problem,
+    shown,
     text_problem,
 )
 
@@ -92,10 +92,8 @@ class ColumnType:
 def _bad(column: str, ctype: ColumnType, value: object, why: str = "") -> InvalidArgument:
     subject = column if column.startswith(PARAMETER) else f"column {column!r}"
     extra = f": {why}" if why else ""
-    # reprlib bounds the length and nesting shown (plain repr recurses without limit).
-    shown = reprlib.repr(value)
     return InvalidArgument(
-        f"{subject} of type {ctype} cannot hold {type(value).__name__} {shown}{extra}"
+        f"{subject} of type {ctype} cannot hold {type(value).__name__} {shown(value)}{extra}"
     )
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import decimal
 import math
+import reprlib
 from typing import Any
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -91,3 +92,8 @@ def json_problem(value: Any) -> str | None:
                 "(allowed: dict, list, str, int, float, bool, None)"
             )
     return None
+
+
+def shown(value: object) -> str:
+    """``repr(value)`` bounded in length and depth, for error messages about caller input."""
+    return reprlib.repr(value)

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
-import reprlib
 from typing import Any
 
 from changestream.errors import InvalidArgument
 from changestream.types import PARAMETER, ColumnType, normalize, to_sqlite
+from changestream.values import shown
 
 _SCALARS: tuple[tuple[type | tuple[type, ...], str], ...] = (
     (bool, "BOOL"),
@@ -56,8 +56,7 @@ def inferred_type(value: Any, label: str) -> ColumnType:
 
 def _unsupported(what: str, value: Any) -> InvalidArgument:
     return InvalidArgument(
-        f"query parameter {what} {type(value).__name__} ({reprlib.repr(value)}); "
-        f"allowed: {_ALLOWED}"
+        f"query parameter {what} {type(value).__name__} ({shown(value)}); allowed: {_ALLOWED}"
     )
 
 

@@ -19,7 +19,7 @@ from sqlglot import TokenType, exp
 from sqlglot.dialects.bigquery import BigQuery
 from sqlglot.dialects.dialect import Dialect
 from sqlglot.dialects.postgres import Postgres
-from sqlglot.errors import ErrorLevel, ParseError, TokenError, UnsupportedError
+from sqlglot.errors import ErrorLevel, ParseError, SqlglotError, TokenError, UnsupportedError
 from sqlglot.parser import Parser
 
 from changestream.clock import format_ts, parse_ts
@@ -160,6 +160,10 @@ def parse_statement(
     except RecursionError as exc:
         # Brackets are counted up front; this catches nesting without them (NOT NOT ... x).
         raise InvalidArgument("SQL statement is nested too deeply to parse") from exc
+    except SqlglotError as exc:
+        # Parse errors are explained where they arise; this is text sqlglot parsed but then
+        # could not turn into SQLite (an identifier it renders unquoted, say).
+        raise InvalidArgument(f"statement cannot be run on SQLite: {exc}") from exc
 
 
 def _prepare(

@@ -8,7 +8,7 @@ from typing import Any
 from changestream.ddl.schema import Column, Table
 from changestream.errors import InvalidArgument
 from changestream.types import COMMIT_TIMESTAMP, normalize, to_sqlite
-from changestream.values import text_problem
+from changestream.values import shown, text_problem
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _STORED_AS_IS = frozenset({"INT64", "FLOAT64", "STRING", "BYTES"})
@@ -91,14 +91,14 @@ class RowCodec:
         if not set(map(type, values)) <= {list, tuple}:
             for row in values:
                 if isinstance(row, str | bytes) or not isinstance(row, Sequence):
-                    raise InvalidArgument(f"a row must be a list of values, got {row!r}")
+                    raise InvalidArgument(f"a row must be a list of values, got {shown(row)}")
         rows = list(map(tuple, values))
         if not rows:
             return rows
         if set(map(len, rows)) != {width}:
             bad = next(row for row in rows if len(row) != width)
             raise InvalidArgument(
-                f"row {list(bad)!r} has {len(bad)} value(s) for the {width} column(s) "
+                f"row {shown(list(bad))} has {len(bad)} value(s) for the {width} column(s) "
                 f"{list(self.columns)!r}"
             )
         columns = list(zip(*rows, strict=True))

@@ -40,6 +40,7 @@ from changestream.store.rows import check_columns, key_condition, restore_nans, 
 from changestream.store.splits import Split, SplitMap
 from changestream.store.sqlite_layout import SYSTEM_TABLE_NAMES, SYSTEM_TABLES
 from changestream.types import ColumnType
+from changestream.values import shown
 
 _GC_INTERVAL_US = 60_000_000
 #: Rows a snapshot read returns at most per call (page with ``limit`` and a KeyRange).
@@ -105,7 +106,7 @@ class Store:
         sql_limits: SqlLimits = DEFAULT_LIMITS,
     ) -> None:
         if not isinstance(sql_limits, SqlLimits):
-            raise InvalidArgument(f"sql_limits must be a SqlLimits, got {sql_limits!r}")
+            raise InvalidArgument(f"sql_limits must be a SqlLimits, got {shown(sql_limits)}")
         #: The bounds on each SQL statement's size, nesting, parse and run time.
         self.sql_limits = sql_limits
         self._tempdir: str | None = None
@@ -446,13 +447,15 @@ class Store:
         """Rows of ``table`` in key order (all, or a KeyRange; the first ``limit`` of them)
         with the timestamp of the snapshot they were read in (see :class:`SnapshotRead`)."""
         if keys is not None and not isinstance(keys, KeyRange):
-            raise InvalidArgument(f"keys must be a KeyRange or None, got {keys!r}")
+            raise InvalidArgument(f"keys must be a KeyRange or None, got {shown(keys)}")
         if limit is not None and (
             isinstance(limit, bool)
             or not isinstance(limit, int)
             or not 0 < limit <= MAX_SNAPSHOT_ROWS
         ):
-            raise InvalidArgument(f"limit must be between 1 and {MAX_SNAPSHOT_ROWS}, got {limit!r}")
+            raise InvalidArgument(
+                f"limit must be between 1 and {MAX_SNAPSHOT_ROWS}, got {shown(limit)}"
+            )
         # One SQLite read transaction: the rows and the last commit timestamp come from the
         # same snapshot, so a commit is either in both or in neither.
         with self.snapshot() as conn:

@@ -9,6 +9,7 @@ from changestream.ddl.schema import Table
 from changestream.errors import InvalidArgument
 from changestream.store.keys import quote
 from changestream.types import NAN, NAN_TEXT, normalize, to_sqlite
+from changestream.values import shown
 
 
 def key_condition(table: Table) -> str:
@@ -19,11 +20,12 @@ def key_condition(table: Table) -> str:
 def normalized_key(table: Table, key: Sequence[Any]) -> tuple[Any, ...]:
     """A full primary key, validated and in canonical Python form."""
     if isinstance(key, str | bytes) or not isinstance(key, Sequence):
-        raise InvalidArgument(f"a key of table {table.name!r} must be a tuple, got {key!r}")
+        raise InvalidArgument(f"a key of table {table.name!r} must be a tuple, got {shown(key)}")
     columns = table.key_columns
     if len(key) != len(columns):
         raise InvalidArgument(
-            f"table {table.name!r} has key ({', '.join(table.primary_key)}); got {tuple(key)!r}"
+            f"table {table.name!r} has key ({', '.join(table.primary_key)}); "
+            f"got {shown(tuple(key))}"
         )
     return tuple(normalize(c.type, v, c.name) for c, v in zip(columns, key, strict=True))
 
@@ -61,7 +63,7 @@ def _is_float(table: Table, name: str) -> bool:
 def check_columns(table: Table, columns: Sequence[str], *, need_key: bool) -> tuple[str, ...]:
     """Validate a mutation's column list: known, no repeats, and the key columns present."""
     if isinstance(columns, str):
-        raise InvalidArgument(f"columns must be a list of names, got the string {columns!r}")
+        raise InvalidArgument(f"columns must be a list of names, got the string {shown(columns)}")
     names = tuple(columns)
     for name in names:
         if table.column(name) is None:

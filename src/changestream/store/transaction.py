@@ -27,6 +27,7 @@ from changestream.store.load import SplitLoad, record_load
 from changestream.store.rows import key_condition, normalized_key, restore_nans
 from changestream.store.splits import Split
 from changestream.types import COMMIT_TIMESTAMP, normalize, to_sqlite
+from changestream.values import shown
 
 if TYPE_CHECKING:
     from changestream.store.database import Store
@@ -403,7 +404,7 @@ class Transaction(MutationMethods):
 
     def __init__(self, store: Store, tag: str | None = None) -> None:
         if tag is not None and not isinstance(tag, str):
-            raise InvalidArgument(f"tag must be a string, got {tag!r}")
+            raise InvalidArgument(f"tag must be a string, got {shown(tag)}")
         self._store = store
         self.tag = tag or ""
         self._mutations: list[Mutation] = []
@@ -432,7 +433,7 @@ class Transaction(MutationMethods):
         self._check_open()
         codec = self._store.codec(table, columns)
         if isinstance(values, str | bytes) or not isinstance(values, Sequence):
-            raise InvalidArgument(f"values must be a list of rows, got {values!r}")
+            raise InvalidArgument(f"values must be a list of rows, got {shown(values)}")
         rows = codec.rows(values)
         if rows:
             self._mutations.append(Mutation(op, codec, rows))
@@ -447,7 +448,9 @@ class Transaction(MutationMethods):
             self._mutations.append(Mutation("delete", codec, [], keys))
             return
         if isinstance(keys, str | bytes) or not isinstance(keys, Sequence):
-            raise InvalidArgument(f"keys must be a list of key tuples or a KeyRange, got {keys!r}")
+            raise InvalidArgument(
+                f"keys must be a list of key tuples or a KeyRange, got {shown(keys)}"
+            )
         rows = [normalized_key(schema, key) for key in keys]
         self._mutations.append(Mutation("delete", codec, rows))
 
