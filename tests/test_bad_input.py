@@ -273,3 +273,22 @@ def test_int64_and_numeric_refuse_strings_and_floats(
 ) -> None:
     message = refused(db, lambda: insert(db, columns, row))
     assert f"column {columns[-1]!r}" in message and type(row[-1]).__name__ in message
+
+
+def test_an_unexpected_exception_is_logged_once_and_raised(
+    db: changestream.EmbeddedDatabase,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def broken(*args: object) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(changestream.EmbeddedDatabase, "_read", broken)
+    for _ in range(3):
+        with pytest.raises(RuntimeError, match="a bug"):
+            db.read("T")
+    with pytest.raises(changestream.NotFound):
+        db.execute_sql("SELECT * FROM Missing")
+    [logged] = [r for r in caplog.records if r.name == "changestream"]
+    assert "unexpected RuntimeError in Store.read" in logged.getMessage()
+    assert logged.exc_info is not None

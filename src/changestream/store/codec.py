@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from operator import itemgetter, ne
 from typing import Any
 
 from changestream.ddl.schema import Column, Table
@@ -50,8 +51,8 @@ def _within_bounds(column: Column, values: tuple[Any, ...]) -> bool:
         return bool(min(present) >= _INT64_MIN and max(present) <= _INT64_MAX)
     if code == "STRING" and text_problem("".join(present)) is not None:
         return False
-    if code == "FLOAT64" and any(v != v for v in present):
-        return False  # normalize gives every NaN the same identity
+    if code == "FLOAT64" and any(map(ne, present, present)):
+        return False  # a NaN (not equal to itself): normalize gives every NaN one identity
     if length is not None:
         return max(map(len, present)) <= length
     return True
@@ -122,7 +123,11 @@ class RowCodec:
 
     def _has_nan(self, rows: list[tuple[Any, ...]]) -> bool:
         """Whether a FLOAT64 value is NaN (SQLite would store it as NULL unless converted)."""
-        return any(row[i] != row[i] for i in self._float_positions for row in rows)
+        for position in self._float_positions:
+            column = tuple(map(itemgetter(position), rows))
+            if any(map(ne, column, column)):
+                return True
+        return False
 
     def key(self, row: tuple[Any, ...]) -> tuple[Any, ...]:
         return tuple([row[i] for i in self.key_positions])

@@ -24,7 +24,7 @@ from changestream.ddl.schema import (
     StreamOptions,
     Table,
 )
-from changestream.errors import AlreadyExists, InvalidArgument
+from changestream.errors import AlreadyExists, InvalidArgument, reported
 from changestream.sql.limits import DEFAULT_LIMITS, SqlLimits
 from changestream.store import documents
 from changestream.store import splits as split_ops
@@ -365,6 +365,7 @@ class Store:
 
     # -- DDL ---------------------------------------------------------------------------------
 
+    @reported
     def execute_ddl(self, statements: str | Sequence[str]) -> int:
         """Apply one or more DDL statements atomically; returns their commit timestamp."""
         texts = [statements] if isinstance(statements, str) else list(statements)
@@ -428,6 +429,7 @@ class Store:
 
     # -- reads -------------------------------------------------------------------------------
 
+    @reported
     def read(
         self,
         table: str,
@@ -437,6 +439,7 @@ class Store:
         """Rows of ``table`` in key order: all rows (keys None), the given keys, or a KeyRange."""
         return self._read(table, keys, columns, None)
 
+    @reported
     def read_snapshot(
         self,
         table: str,

@@ -16,6 +16,7 @@ from changestream.errors import (
     FailedPrecondition,
     InvalidArgument,
     NotFound,
+    reported,
 )
 from changestream.sql.statements import DmlStatement, parse_statement
 from changestream.store.budget import time_budget
@@ -429,6 +430,7 @@ class Transaction(MutationMethods):
         if self._done:
             raise FailedPrecondition("the transaction has already committed or rolled back")
 
+    @reported
     def _buffer(self, op: str, table: str, columns: Sequence[str], values: Sequence[Any]) -> None:
         self._check_open()
         codec = self._store.codec(table, columns)
@@ -438,6 +440,7 @@ class Transaction(MutationMethods):
         if rows:
             self._mutations.append(Mutation(op, codec, rows))
 
+    @reported
     def delete(self, table: str, keys: Sequence[Sequence[Any]] | KeyRange) -> None:
         """Delete rows by key tuples or a KeyRange; missing rows are not an error."""
         self._check_open()
@@ -454,6 +457,7 @@ class Transaction(MutationMethods):
         rows = [normalized_key(schema, key) for key in keys]
         self._mutations.append(Mutation("delete", codec, rows))
 
+    @reported
     def execute_update(
         self, dml: str, params: Mapping[str, Any] | Sequence[Any] | None = None
     ) -> int:
@@ -510,6 +514,7 @@ class Transaction(MutationMethods):
             self._tracker = ChangeTracker(self._conn, tracked)
         return self._tracker
 
+    @reported
     def commit(self) -> dt.datetime:
         """Apply the buffered mutations, capture the changes, and commit; returns the timestamp."""
         self._check_open()

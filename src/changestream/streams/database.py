@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from changestream.clock import Clock, format_ts, parse_ts
 from changestream.ddl.schema import SYSTEM_VALUE_CAPTURE_TYPE
-from changestream.errors import InvalidArgument, NotFound
+from changestream.errors import InvalidArgument, NotFound, reported
 from changestream.sql.limits import DEFAULT_LIMITS, SqlLimits
 from changestream.sql.statements import (
     DmlStatement,
@@ -162,6 +162,7 @@ class EmbeddedDatabase(Store):
 
         return TableHandle(self, name)
 
+    @reported
     def read_change_stream(
         self,
         stream: str,
@@ -184,6 +185,7 @@ class EmbeddedDatabase(Store):
         )
         return iter(ChangeStreamReader(self, request))
 
+    @reported
     def execute_sql(self, sql: str, params: Params = None) -> ResultSet:
         """Run a SELECT over user tables, or a change stream read function in either dialect."""
         statement = parse_statement(sql, params, limits=self.sql_limits)
