@@ -292,3 +292,15 @@ def test_an_unexpected_exception_is_logged_once_and_raised(
     [logged] = [r for r in caplog.records if r.name == "changestream"]
     assert "unexpected RuntimeError in Store.read" in logged.getMessage()
     assert logged.exc_info is not None
+
+
+def test_sql_the_sqlite_renderer_cannot_handle_is_refused(
+    db: changestream.EmbeddedDatabase,
+) -> None:
+    """Found by the fuzz test: b'' parses but sqlglot cannot render it for SQLite."""
+    assert "cannot be run on SQLite" in refused(
+        db, lambda: update(db, "INSERT INTO T (K, B) SELECT 1, b'' FROM S", {})
+    )
+    assert "cannot be run on SQLite" in refused(
+        db, lambda: list(db.execute_sql("SELECT * FROM x  ` WHERE K > 1"))
+    )

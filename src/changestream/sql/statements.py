@@ -64,11 +64,11 @@ _MARKER = "cs_bind_"
 
 
 def _bounded(base: type[_P]) -> type[_P]:
-    """``base`` minus sqlglot's READ_* functions (DuckDB's READ_CSV, READ_PARQUET, ...), and
-    checking the parse deadline as it moves through tokens.
+    """``base`` minus sqlglot's READ_* functions (DuckDB's READ_CSV, READ_PARQUET, ...), checking
+    the parse deadline (:mod:`changestream.sql.limits`) at every token it moves to.
 
-    Otherwise ``READ_Csv(...)`` would parse as DuckDB's function, losing the stream name's case
-    and the argument layout.
+    Without the first, ``READ_Csv(...)`` would parse as DuckDB's function, losing the stream
+    name's case and the argument layout; without the second, backtracking has no bound.
     """
     functions = {name: f for name, f in base.FUNCTIONS.items() if not name.startswith("READ_")}
 
@@ -472,6 +472,11 @@ def _render(tree: exp.Expr, values: Sequence[Any]) -> tuple[str, tuple[Any, ...]
         text = tree.sql(dialect="sqlite", unsupported_level=ErrorLevel.RAISE)
     except UnsupportedError as exc:
         raise InvalidArgument(f"statement cannot be run on SQLite: {exc}") from exc
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        # sqlglot's generator fails on some trees its parser accepts (b'' as a bit string).
+        raise InvalidArgument(
+            f"statement cannot be run on SQLite: {type(exc).__name__}: {exc}"
+        ) from exc
     # find_all walks breadth-first, which is not the order the markers appear in the text, so
     # the order is read back from the rendered text's tokens (string literals stay opaque).
     pieces: list[str] = []
