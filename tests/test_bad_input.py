@@ -304,3 +304,16 @@ def test_sql_the_sqlite_renderer_cannot_handle_is_refused(
     assert "cannot be run on SQLite" in refused(
         db, lambda: list(db.execute_sql("SELECT * FROM x  ` WHERE K > 1"))
     )
+
+
+def test_a_long_dml_statement_is_stopped_and_changes_nothing(tmp_path: Path) -> None:
+    limits = changestream.SqlLimits(execute_seconds=0.2)
+    with changestream.open(str(tmp_path / "slow_dml.db"), sql_limits=limits) as db:
+        db.execute_ddl(SCHEMA)
+        with db.transaction() as tx:
+            tx.insert("T", ["K"], [[k] for k in range(2, 40)])
+        huge = "INSERT INTO S (K, V) SELECT 'z', COUNT(*) FROM T a, T b, T c, T d, T e, T f"
+        began = time.monotonic()
+        message = refused(db, lambda: update(db, huge, {}))
+        assert "execute_seconds" in message and "the transaction was rolled back" in message
+        assert time.monotonic() - began < 3

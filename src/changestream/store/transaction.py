@@ -16,8 +16,10 @@ from changestream.errors import (
     FailedPrecondition,
     InvalidArgument,
     NotFound,
+    ResourceExhausted,
     reported,
 )
+from changestream.sql.limits import SqlLimits
 from changestream.sql.statements import DmlStatement, parse_statement
 from changestream.store.budget import time_budget
 from changestream.store.changes import CommitContext, InsertBatch, RowChange
@@ -302,6 +304,36 @@ class ChangeTracker:
             )
 
 
+def _run_dml(
+    conn: sqlite3.Connection,
+    statement: DmlStatement,
+    table: Table,
+    tracked: bool,
+    limits: SqlLimits,
+) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """Run a DML statement within the time limit: the rows it will change (UPDATE of a
+    tracked table) and the rows it wrote, or a changestream error."""
+    names = [c.name for c in table.columns]
+    try:
+        with time_budget(conn, limits.execute_seconds, statement.kind):
+            old_rows: list[tuple[Any, ...]] = []
+            if statement.kind == "UPDATE" and tracked:
+                assert statement.select_old_sql is not None
+                old_rows = conn.execute(
+                    statement.select_old_sql, statement.select_old_params
+                ).fetchall()
+            new_rows = _written_rows(
+                table, conn.execute(statement.sql, statement.params), statement.kind
+            )
+    except sqlite3.IntegrityError as exc:
+        if "UNIQUE" in str(exc) or "PRIMARY KEY" in str(exc):
+            raise AlreadyExists(f"{statement.kind} into {table.name!r}: {exc}") from exc
+        raise InvalidArgument(f"{statement.kind} on {table.name!r}: {exc}") from exc
+    except sqlite3.Error as exc:
+        raise InvalidArgument(f"{statement.kind} on {table.name!r} failed: {exc}") from exc
+    return restore_nans(table, names, old_rows), new_rows
+
+
 def _written_rows(table: Table, cursor: sqlite3.Cursor, kind: str) -> list[tuple[Any, ...]]:
     """The rows a DML statement's ``RETURNING *`` gives, each value checked against its
     column's type: SQL expressions can compute anything, and nothing unreadable may stay."""
@@ -475,34 +507,22 @@ class Transaction(MutationMethods):
         if statement.kind == "UPDATE" and keys_set:
             raise InvalidArgument(f"UPDATE cannot change key column(s) {', '.join(keys_set)}")
         conn = tracker.conn
-        names = [c.name for c in table.columns]
+        tracked = table.name in tracker.tracked
         conn.execute("SAVEPOINT cs_dml")
         try:
-            with time_budget(conn, store.sql_limits.execute_seconds, statement.kind):
-                old_rows: list[tuple[Any, ...]] = []
-                if statement.kind == "UPDATE" and table.name in tracker.tracked:
-                    assert statement.select_old_sql is not None
-                    old_rows = conn.execute(
-                        statement.select_old_sql, statement.select_old_params
-                    ).fetchall()
-                new_rows = _written_rows(
-                    table, conn.execute(statement.sql, statement.params), statement.kind
-                )
-        except sqlite3.IntegrityError as exc:
-            conn.execute("ROLLBACK TO cs_dml")
-            if "UNIQUE" in str(exc) or "PRIMARY KEY" in str(exc):
-                raise AlreadyExists(f"{statement.kind} into {table.name!r}: {exc}") from exc
-            raise InvalidArgument(f"{statement.kind} on {table.name!r}: {exc}") from exc
-        except sqlite3.Error as exc:
-            conn.execute("ROLLBACK TO cs_dml")
-            raise InvalidArgument(f"{statement.kind} on {table.name!r} failed: {exc}") from exc
-        except BaseException:
-            conn.execute("ROLLBACK TO cs_dml")
+            old_rows, new_rows = _run_dml(conn, statement, table, tracked, store.sql_limits)
+        except BaseException as exc:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK TO cs_dml")
+                conn.execute("RELEASE cs_dml")
+                raise
+            # SQLite rolls back the whole transaction when it interrupts a write.
+            self._done = True
+            if isinstance(exc, ResourceExhausted):
+                raise ResourceExhausted(f"{exc}; the transaction was rolled back") from exc
             raise
-        finally:
-            conn.execute("RELEASE cs_dml")
-        if table.name in tracker.tracked:
-            old_rows = restore_nans(table, names, old_rows)
+        conn.execute("RELEASE cs_dml")
+        if tracked:
             tracker.record_dml(statement, table, old_rows, new_rows)
         return len(new_rows)
 
