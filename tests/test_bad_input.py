@@ -317,3 +317,18 @@ def test_a_long_dml_statement_is_stopped_and_changes_nothing(tmp_path: Path) -> 
         message = refused(db, lambda: update(db, huge, {}))
         assert "execute_seconds" in message and "the transaction was rolled back" in message
         assert time.monotonic() - began < 3
+
+
+@pytest.mark.parametrize(
+    ("column", "text"),
+    [
+        ("D", "20240101"),
+        ("D", "2024-W01-1"),
+        ("D", "２０２４-01-01"),
+        ("TS", "２０２４-01-01T00:00:00Z"),
+    ],
+)
+def test_dates_and_timestamps_as_text_take_one_exact_form(
+    db: changestream.EmbeddedDatabase, column: str, text: str
+) -> None:
+    refused(db, lambda: insert(db, ["K", column], [1, text]))

@@ -16,7 +16,8 @@ MAX_TS_US = 253_402_300_799_999_999
 _RANGE_TEXT = "0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999999Z"
 _RFC3339 = re.compile(
     r"^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?"
-    r"(Z|z|[+-]\d{2}:\d{2})?$"
+    r"(Z|z|[+-]\d{2}:\d{2})?$",
+    re.ASCII,  # \d would otherwise match other scripts' digits, which int() then reads
 )
 
 

@@ -6,6 +6,7 @@ import base64
 import datetime as dt
 import decimal
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +33,7 @@ _SIZED_CODES = frozenset({"STRING", "BYTES"})
 NAN_TEXT = "NaN"
 #: The one NaN every FLOAT64 NaN becomes, so keys holding it compare equal by identity.
 NAN = float("nan")
+_DATE_TEXT = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}\Z")
 
 
 class _CommitTimestamp:
@@ -174,7 +176,10 @@ def _date(ctype: ColumnType, value: Any, column: str) -> Any:
     if isinstance(value, dt.datetime) or not isinstance(value, dt.date | str):
         raise _bad(column, ctype, value, "allowed: datetime.date or 'YYYY-MM-DD' text")
     if isinstance(value, str):
+        # fromisoformat alone would also take 20240101 and week dates (2024-W01-1).
         try:
+            if not _DATE_TEXT.match(value):
+                raise ValueError(value)
             return dt.date.fromisoformat(value)
         except ValueError as exc:
             raise _bad(column, ctype, value, "expected YYYY-MM-DD") from exc
