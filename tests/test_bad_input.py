@@ -332,3 +332,11 @@ def test_dates_and_timestamps_as_text_take_one_exact_form(
     db: changestream.EmbeddedDatabase, column: str, text: str
 ) -> None:
     refused(db, lambda: insert(db, ["K", column], [1, text]))
+
+
+def test_a_parameter_named_by_a_non_integer_number_is_refused(
+    db: changestream.EmbeddedDatabase,
+) -> None:
+    """Found by the fuzz test (seed 6)."""
+    message = refused(db, lambda: list(db.execute_sql("SELECT K FROM T WHERE S LIKE @1e400", {})))
+    assert "@1e400 is not a name or a number" in message

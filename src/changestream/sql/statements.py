@@ -402,6 +402,8 @@ class _Binder:
         key = node.this
         params = self._params
         if isinstance(key, exp.Literal) and not key.is_string:
+            if not key.this.isdecimal() or not key.this.isascii():
+                raise InvalidArgument(f"query parameter {node.sql()} is not a name or a number")
             index = int(key.this)
             label = f"${index}"
             if isinstance(params, Mapping):
