@@ -8,6 +8,7 @@ only parses as PostgreSQL, or when it uses PostgreSQL-only forms (``$n`` paramet
 
 from __future__ import annotations
 
+import decimal
 import itertools
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -32,7 +33,7 @@ from changestream.sql.limits import (
     parse_deadline,
 )
 from changestream.sql.params import stored_parameter
-from changestream.types import ColumnType
+from changestream.types import ColumnType, normalize, to_sqlite
 
 Params = Mapping[str, Any] | Sequence[Any] | None
 #: The type of a table's column, or None when there is no such table or column.
@@ -538,15 +539,40 @@ def _reject_clauses(statement: exp.Expr, kind: str, allowed: tuple[str, ...]) ->
 def _targets(
     table: str, pairs: Sequence[tuple[str, exp.Expr]], column_types: ColumnTypes | None
 ) -> Targets:
-    """The column each parameter among ``pairs`` (column name, value node) is assigned to."""
+    """The column each parameter among ``pairs`` (column name, value node) is assigned to.
+
+    A text literal assigned to a TIMESTAMP, DATE or NUMERIC column is rewritten in place to
+    the form the column stores, so it compares and sorts like every other value there.
+    """
     targets: Targets = {}
     if column_types is None:
         return targets
     for name, node in pairs:
-        ctype = column_types(table, name) if isinstance(node, exp.Parameter) else None
-        if ctype is not None:
+        ctype = column_types(table, name)
+        if ctype is None:
+            continue
+        if isinstance(node, exp.Parameter):
             targets[id(node)] = (name, ctype)
+        elif isinstance(node, exp.Literal) and node.is_string and ctype.code in _TEXT_STORED:
+            node.replace(exp.Literal.string(_stored_text(ctype, node.this, name)))
     return targets
+
+
+_TEXT_STORED = frozenset({"TIMESTAMP", "DATE", "NUMERIC"})
+
+
+def _stored_text(ctype: ColumnType, text: str, column: str) -> str:
+    value: Any = text
+    if ctype.code == "NUMERIC":
+        try:
+            value = decimal.Decimal(text)
+        except decimal.InvalidOperation as exc:
+            raise InvalidArgument(
+                f"column {column!r} of type NUMERIC: {text!r} is not a number"
+            ) from exc
+    stored = to_sqlite(ctype, normalize(ctype, value, column))
+    assert isinstance(stored, str)
+    return stored
 
 
 def _insert(
