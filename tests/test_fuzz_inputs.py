@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import changestream
+from changestream.clock import now_us, parse_ts
 from changestream.errors import ChangeStreamError
 from changestream.sql.statements import ReadFunctionCall, parse_statement
 
@@ -278,7 +279,7 @@ def _open_ended(end: Any, token: Any) -> bool:
     if token is None:
         return False
     try:
-        return end is None or changestream.clock.parse_ts(end) > changestream.clock.now_us()
+        return end is None or parse_ts(end) > now_us()
     except ChangeStreamError:
         return False
 
