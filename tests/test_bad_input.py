@@ -357,3 +357,16 @@ def test_text_literals_in_dml_are_stored_in_their_columns_form(
     assert "not a number" in refused(
         db, lambda: update(db, "UPDATE P SET N = 'abc' WHERE true", {})
     )
+
+
+def test_dml_expressions_must_give_text_columns_their_stored_form(
+    db: changestream.EmbeddedDatabase,
+) -> None:
+    insert(db, ["K", "D"], [1, dt.date(2020, 1, 1)])
+    update(db, "UPDATE T SET D = CONCAT('2020-01-0', '3') WHERE K = 1", {})
+    assert db.read("T", columns=["D"]) == [(dt.date(2020, 1, 3),)]
+    message = refused(
+        db,
+        lambda: update(db, "UPDATE T SET TS = CONCAT('2021-01-01', 'T00:00:00Z') WHERE K = 1", {}),
+    )
+    assert "is not in its stored form '2021-01-01T00:00:00.000000Z'" in message

@@ -29,6 +29,7 @@ from changestream.store.keys import KeyRange, encode_key, quote
 from changestream.store.load import SplitLoad, record_load
 from changestream.store.rows import key_condition, normalized_key, restore_nans
 from changestream.store.splits import Split
+from changestream.store.sqlite_layout import exact_forms
 from changestream.types import COMMIT_TIMESTAMP, normalize, to_sqlite
 from changestream.values import shown
 
@@ -337,6 +338,7 @@ def _run_dml(
 def _written_rows(table: Table, cursor: sqlite3.Cursor, kind: str) -> list[tuple[Any, ...]]:
     """The rows a DML statement's ``RETURNING *`` gives, each value checked against its
     column's type: SQL expressions can compute anything, and nothing unreadable may stay."""
+    exact = exact_forms.set(True)
     try:
         rows = cursor.fetchall()
     except (ChangeStreamError, ValueError, TypeError, ArithmeticError) as exc:
@@ -345,6 +347,7 @@ def _written_rows(table: Table, cursor: sqlite3.Cursor, kind: str) -> list[tuple
             f"{kind} on {table.name!r} wrote a value its column's type cannot hold: {exc}"
         ) from exc
     finally:
+        exact_forms.reset(exact)
         # An unfinished statement would keep the savepoint from being rolled back.
         cursor.close()
     names = [c.name for c in table.columns]
