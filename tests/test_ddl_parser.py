@@ -421,3 +421,23 @@ def test_error_in_a_later_statement_has_its_offset_in_the_whole_text() -> None:
     text = "DROP TABLE A; DROP CHANGE STREAM S; CREATE INDEX I"
     error = parse_error(text)
     assert error.position == text.index("INDEX")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("CREATE TABLE T (a STRING(99999999999999999999)) PRIMARY KEY (a)", "up to 2621440"),
+        ("CREATE TABLE T (a BYTES(10485761)) PRIMARY KEY (a)", "up to 10485760"),
+        ("CREATE TABLE " + "x" * 129 + " (a INT64) PRIMARY KEY (a)", "the limit is 128"),
+        (
+            "CREATE TABLE T (" + ", ".join(f"c{i} INT64" for i in range(1025)) + ") "
+            "PRIMARY KEY (c0)",
+            "more than 1024 columns",
+        ),
+        ("CREATE TABLE sqlite_x (a INT64) PRIMARY KEY (a)", "belong to SQLite"),
+        ("CREATE TABLE `a\x00` (a INT64) PRIMARY KEY (a)", "control character"),
+    ],
+)
+def test_spanner_limits_on_names_columns_and_lengths(text: str, message: str) -> None:
+    """Beyond them SQLite (or the catalog) would fail with errors of its own."""
+    assert message in str(parse_error(text))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import decimal
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -145,7 +146,11 @@ def test_values_use_the_change_record_encoding(tmp_path: Path) -> None:
         at = dt.datetime(2024, 5, 1, 9, 30, tzinfo=dt.UTC)
         with db.watch(full_document="updateLookup") as cursor:
             with db.transaction() as tx:
-                tx.insert("Events", ["Moment", "Blob", "Amount"], [[at, b"\x00\x01", "1.50"]])
+                tx.insert(
+                    "Events",
+                    ["Moment", "Blob", "Amount"],
+                    [[at, b"\x00\x01", decimal.Decimal("1.50")]],
+                )
             with db.transaction() as tx:
                 tx.update("Events", ["Moment", "Day"], [[at, dt.date(2024, 5, 2)]])
             insert, update = take(cursor, 2)

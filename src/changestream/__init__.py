@@ -17,7 +17,9 @@ from changestream.errors import (
     InvalidToken,
     NotFound,
     OutOfRange,
+    ResourceExhausted,
 )
+from changestream.sql.limits import DEFAULT_LIMITS, SqlLimits
 from changestream.store.keys import KeyRange
 from changestream.store.leases import Lease
 from changestream.store.transaction import Transaction
@@ -46,14 +48,17 @@ def open(
     durability: str = "normal",
     busy_timeout: float = 5.0,
     clock: Clock | None = None,
+    *,
+    sql_limits: SqlLimits = DEFAULT_LIMITS,
 ) -> EmbeddedDatabase:
     """Open (creating if needed) the database in the SQLite file ``path``, or ``":memory:"``.
 
     ``durability="normal"`` survives a process crash; ``"full"`` also survives a power cut.
     ``busy_timeout`` is how long a writer waits for another writer's lock, in seconds.
     ``clock`` (microseconds since the epoch) replaces the wall clock, for tests and replays.
+    ``sql_limits`` bounds each SQL statement's size, nesting, parse and run time.
     """
-    return EmbeddedDatabase(path, durability, busy_timeout, clock)
+    return EmbeddedDatabase(path, durability, busy_timeout, clock, sql_limits)
 
 
 def connect(
@@ -117,7 +122,9 @@ __all__ = [
     "NotFound",
     "OutOfRange",
     "Partition",
+    "ResourceExhausted",
     "ResultSet",
+    "SqlLimits",
     "Transaction",
     "TransactionLike",
     "__version__",

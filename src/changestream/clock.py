@@ -10,9 +10,14 @@ from collections.abc import Callable
 from changestream.errors import InvalidArgument
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+#: Spanner's TIMESTAMP range, 0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999999Z, in microseconds.
+MIN_TS_US = -62_135_596_800_000_000
+MAX_TS_US = 253_402_300_799_999_999
+_RANGE_TEXT = "0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999999Z"
 _RFC3339 = re.compile(
     r"^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?"
-    r"(Z|z|[+-]\d{2}:\d{2})?$"
+    r"(Z|z|[+-]\d{2}:\d{2})?$",
+    re.ASCII,  # \d would otherwise match other scripts' digits, which int() then reads
 )
 
 
@@ -33,7 +38,8 @@ def format_ts(us: int) -> str:
     """Render microseconds as RFC 3339 with six fractional digits and ``Z``."""
     seconds, micros = divmod(us, 1_000_000)
     moment = _EPOCH + dt.timedelta(seconds=seconds)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S") + f".{micros:06d}Z"
+    # strftime's %Y does not zero-pad years before 1000, and the text must parse back.
+    return f"{moment.year:04d}-" + moment.strftime("%m-%dT%H:%M:%S") + f".{micros:06d}Z"
 
 
 def to_datetime(us: int) -> dt.datetime:
@@ -42,13 +48,21 @@ def to_datetime(us: int) -> dt.datetime:
 
 
 def parse_ts(value: object, name: str = "timestamp") -> int:
-    """Microseconds from an RFC 3339 string, an aware datetime, or integer microseconds."""
+    """Microseconds from an RFC 3339 string, an aware datetime, or integer microseconds,
+    within Spanner's TIMESTAMP range."""
+    us = _parse_ts(value, name)
+    if not MIN_TS_US <= us <= MAX_TS_US:
+        raise InvalidArgument(f"{name} must lie within {_RANGE_TEXT}, got {value!r}")
+    return us
+
+
+def _parse_ts(value: object, name: str) -> int:
     if isinstance(value, bool):
         raise InvalidArgument(f"{name} must be a timestamp, got {value!r}")
     if isinstance(value, int):
         return value
     if isinstance(value, dt.datetime):
-        if value.tzinfo is None:
+        if value.utcoffset() is None:
             raise InvalidArgument(f"{name} must be timezone-aware (UTC), got naive {value!r}")
         delta = value - _EPOCH
         return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
@@ -65,13 +79,17 @@ def parse_ts(value: object, name: str = "timestamp") -> int:
                 int(year), int(month), int(day), int(hour), int(minute), int(second), tzinfo=dt.UTC
             )
         except ValueError as exc:
-            raise InvalidArgument(f"{name} is not a valid date/time: {value!r} ({exc})") from exc
+            raise InvalidArgument(
+                f"{name} is not a valid date/time: {value!r} ({exc}); allowed: {_RANGE_TEXT}"
+            ) from exc
+        micros = int((frac or "").ljust(6, "0")[:6])
+        us = _parse_ts(moment, name) + micros
         if zone and zone.upper() != "Z":
             sign = 1 if zone[0] == "+" else -1
-            offset = dt.timedelta(hours=int(zone[1:3]), minutes=int(zone[4:6]))
-            moment -= sign * offset
-        micros = int((frac or "").ljust(6, "0")[:6])
-        return parse_ts(moment, name) + micros
+            if int(zone[1:3]) > 23 or int(zone[4:6]) > 59:
+                raise InvalidArgument(f"{name} has an invalid UTC offset: {value!r}")
+            us -= sign * (int(zone[1:3]) * 3600 + int(zone[4:6]) * 60) * 1_000_000
+        return us
     raise InvalidArgument(
         f"{name} must be a timestamp string or datetime, got {type(value).__name__}"
     )

@@ -2,6 +2,14 @@
 
 from __future__ import annotations
 
+import functools
+import logging
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
 
 class ChangeStreamError(Exception):
     """Base class of every error raised by changestream."""
@@ -83,3 +91,43 @@ class Unavailable(ChangeStreamError):
     """The server could not be reached, is shutting down, or the connection broke."""
 
     http_status = 503
+
+
+class ResourceExhausted(InvalidArgument):
+    """A statement needed more parse or run time than the SQL limits allow."""
+
+
+_reported: set[tuple[type[BaseException], str, int]] = set()
+_log = logging.getLogger("changestream")
+
+
+def reported(function: Callable[_P, _R]) -> Callable[_P, _R]:
+    """Wrap a public entry point: an exception that is not a :class:`ChangeStreamError` is a
+    bug in changestream, so it is logged with its traceback, once per place it comes from,
+    and raised on unchanged."""
+
+    @functools.wraps(function)
+    def call(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return function(*args, **kwargs)
+        except ChangeStreamError:
+            raise
+        except Exception as exc:
+            _report(exc, function.__qualname__)
+            raise
+
+    return call
+
+
+def _report(exc: Exception, where: str) -> None:
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    origin = (
+        type(exc),
+        tb.tb_frame.f_code.co_filename if tb else "",
+        tb.tb_lineno if tb else 0,
+    )
+    if origin not in _reported:
+        _reported.add(origin)
+        _log.error("unexpected %s in %s (a bug)", type(exc).__name__, where, exc_info=exc)

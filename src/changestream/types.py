@@ -6,6 +6,7 @@ import base64
 import datetime as dt
 import decimal
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -14,12 +15,25 @@ import orjson
 
 from changestream.clock import format_ts, parse_ts, to_datetime
 from changestream.errors import InvalidArgument
+from changestream.values import (
+    INT64_MAX,
+    INT64_MIN,
+    float_problem,
+    json_problem,
+    numeric_problem,
+    shown,
+    text_problem,
+)
 
 SCALAR_CODES = frozenset(
     {"BOOL", "INT64", "FLOAT64", "NUMERIC", "STRING", "BYTES", "DATE", "TIMESTAMP", "JSON"}
 )
 _SIZED_CODES = frozenset({"STRING", "BYTES"})
-_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+#: How a FLOAT64 NaN is stored (SQLite turns a NaN REAL into NULL).
+NAN_TEXT = "NaN"
+#: The one NaN every FLOAT64 NaN becomes, so keys holding it compare equal by identity.
+NAN = float("nan")
+_DATE_TEXT = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}\Z")
 
 
 class _CommitTimestamp:
@@ -78,85 +92,135 @@ class ColumnType:
 
 
 def _bad(column: str, ctype: ColumnType, value: object, why: str = "") -> InvalidArgument:
+    subject = column if column.startswith(PARAMETER) else f"column {column!r}"
     extra = f": {why}" if why else ""
     return InvalidArgument(
-        f"column {column!r} of type {ctype} cannot hold {type(value).__name__} {value!r}{extra}"
+        f"{subject} of type {ctype} cannot hold {type(value).__name__} {shown(value)}{extra}"
     )
 
 
+#: How :func:`normalize` is told the value is a query parameter rather than a column's.
+PARAMETER = "query parameter "
+
+
 def normalize(ctype: ColumnType, value: Any, column: str = "?") -> Any:
-    """Validate a Python value for a column and return its canonical Python form."""
+    """Validate a Python value for a column and return its canonical Python form.
+
+    ``column`` names the column, or is ``PARAMETER + "@name"`` for a query parameter.
+    The one check every written value and typed parameter passes; README's table lists what
+    each type accepts (Spanner's Python client rules). Anything else raises InvalidArgument.
+    """
     if value is None:
         return None
-    code = ctype.code
-    if code == "BOOL":
-        if isinstance(value, bool):
-            return value
-        raise _bad(column, ctype, value)
-    if code == "INT64":
-        if isinstance(value, bool) or not isinstance(value, int):
-            if isinstance(value, str) and value.lstrip("-").isdigit():
-                value = int(value)
-            else:
-                raise _bad(column, ctype, value)
-        if not _INT64_MIN <= value <= _INT64_MAX:
-            raise _bad(column, ctype, value, "out of the INT64 range")
+    check = _CHECKS.get(ctype.code)
+    if check is None:
+        raise _bad(column, ctype, value, "unknown type")
+    return check(ctype, value, column)
+
+
+def _bool(ctype: ColumnType, value: Any, column: str) -> Any:
+    if isinstance(value, bool):
         return value
-    if code == "FLOAT64":
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise _bad(column, ctype, value)
-        return float(value)
-    if code == "NUMERIC":
-        if isinstance(value, bool) or not isinstance(value, int | str | decimal.Decimal | float):
-            raise _bad(column, ctype, value)
+    raise _bad(column, ctype, value, "allowed: bool")
+
+
+def _int64(ctype: ColumnType, value: Any, column: str) -> Any:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _bad(column, ctype, value, "allowed: int")
+    if not INT64_MIN <= value <= INT64_MAX:
+        raise _bad(column, ctype, value, "out of the INT64 range")
+    return int(value)
+
+
+def _float64(ctype: ColumnType, value: Any, column: str) -> Any:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise _bad(column, ctype, value, "allowed: float, or an int a float holds exactly")
+    problem = float_problem(value)
+    if problem:
+        raise _bad(column, ctype, value, problem)
+    return NAN if value != value else float(value)
+
+
+def _numeric(ctype: ColumnType, value: Any, column: str) -> Any:
+    if isinstance(value, bool) or not isinstance(value, int | decimal.Decimal):
+        raise _bad(column, ctype, value, "allowed: decimal.Decimal or int")
+    number = decimal.Decimal(value) if isinstance(value, int) else value
+    problem = numeric_problem(number)
+    if problem:
+        raise _bad(column, ctype, value, problem)
+    return number
+
+
+def _string(ctype: ColumnType, value: Any, column: str) -> Any:
+    if not isinstance(value, str):
+        raise _bad(column, ctype, value, "allowed: str")
+    problem = text_problem(value)
+    if problem:
+        raise _bad(column, ctype, value, problem)
+    if ctype.length is not None and len(value) > ctype.length:
+        raise _bad(column, ctype, value, f"longer than {ctype.length} characters")
+    return str(value)
+
+
+def _bytes(ctype: ColumnType, value: Any, column: str) -> Any:
+    if isinstance(value, bytearray | memoryview):
+        value = bytes(value)
+    if not isinstance(value, bytes):
+        raise _bad(column, ctype, value, "allowed: bytes")
+    if ctype.length is not None and len(value) > ctype.length:
+        raise _bad(column, ctype, value, f"longer than {ctype.length} bytes")
+    return bytes(value)
+
+
+def _date(ctype: ColumnType, value: Any, column: str) -> Any:
+    if isinstance(value, dt.datetime) or not isinstance(value, dt.date | str):
+        raise _bad(column, ctype, value, "allowed: datetime.date or 'YYYY-MM-DD' text")
+    if isinstance(value, str):
+        # fromisoformat alone would also take 20240101 and week dates (2024-W01-1).
         try:
-            number = decimal.Decimal(str(value))
-        except decimal.InvalidOperation as exc:
-            raise _bad(column, ctype, value) from exc
-        if not number.is_finite():
-            raise _bad(column, ctype, value, "NUMERIC must be finite")
-        return number
-    if code == "STRING":
-        if not isinstance(value, str):
-            raise _bad(column, ctype, value)
-        if ctype.length is not None and len(value) > ctype.length:
-            raise _bad(column, ctype, value, f"longer than {ctype.length} characters")
+            if not _DATE_TEXT.match(value):
+                raise ValueError(value)
+            return dt.date.fromisoformat(value)
+        except ValueError as exc:
+            raise _bad(column, ctype, value, "expected YYYY-MM-DD") from exc
+    return dt.date(value.year, value.month, value.day)
+
+
+def _timestamp(ctype: ColumnType, value: Any, column: str) -> Any:
+    if value is COMMIT_TIMESTAMP:
         return value
-    if code == "BYTES":
-        if isinstance(value, bytearray | memoryview):
-            value = bytes(value)
-        if not isinstance(value, bytes):
-            raise _bad(column, ctype, value)
-        if ctype.length is not None and len(value) > ctype.length:
-            raise _bad(column, ctype, value, f"longer than {ctype.length} bytes")
-        return value
-    if code == "DATE":
-        if isinstance(value, dt.datetime) or not isinstance(value, dt.date | str):
-            raise _bad(column, ctype, value)
-        if isinstance(value, str):
-            try:
-                return dt.date.fromisoformat(value)
-            except ValueError as exc:
-                raise _bad(column, ctype, value, "expected YYYY-MM-DD") from exc
-        return value
-    if code == "TIMESTAMP":
-        if value is COMMIT_TIMESTAMP:
-            return value
-        if not isinstance(value, dt.datetime | str):
-            raise _bad(column, ctype, value)
-        return to_datetime(parse_ts(value, f"column {column!r}"))
-    if code == "JSON":
-        try:
-            orjson.dumps(value)
-        except TypeError as exc:
-            raise _bad(column, ctype, value, "not JSON-serializable") from exc
-        return value
-    if code == "ARRAY":
-        if not isinstance(value, list | tuple):
-            raise _bad(column, ctype, value, "expected a list")
-        assert ctype.element is not None
-        return [normalize(ctype.element, item, column) for item in value]
-    raise _bad(column, ctype, value, "unknown type")
+    if not isinstance(value, dt.datetime | str):
+        raise _bad(column, ctype, value, "allowed: aware datetime.datetime or RFC 3339 text")
+    subject = column if column.startswith(PARAMETER) else f"column {column!r}"
+    return to_datetime(parse_ts(value, subject))
+
+
+def _json(ctype: ColumnType, value: Any, column: str) -> Any:
+    problem = json_problem(value)
+    if problem:
+        raise _bad(column, ctype, value, problem)
+    return value
+
+
+def _array(ctype: ColumnType, value: Any, column: str) -> Any:
+    if not isinstance(value, list | tuple):
+        raise _bad(column, ctype, value, "allowed: list or tuple")
+    assert ctype.element is not None
+    return [normalize(ctype.element, item, column) for item in value]
+
+
+_CHECKS: dict[str, Callable[[ColumnType, Any, str], Any]] = {
+    "BOOL": _bool,
+    "INT64": _int64,
+    "FLOAT64": _float64,
+    "NUMERIC": _numeric,
+    "STRING": _string,
+    "BYTES": _bytes,
+    "DATE": _date,
+    "TIMESTAMP": _timestamp,
+    "JSON": _json,
+    "ARRAY": _array,
+}
 
 
 def _json_value(ctype: ColumnType, value: Any) -> Any:
@@ -194,7 +258,10 @@ def to_sqlite(ctype: ColumnType, value: Any) -> Any:
     code = ctype.code
     if code == "BOOL":
         return 1 if value else 0
-    if code in ("INT64", "FLOAT64", "STRING", "BYTES"):
+    if code == "FLOAT64":
+        # SQLite stores a NaN REAL as NULL; the text survives a FLOAT64 column's affinity.
+        return NAN_TEXT if value != value else value
+    if code in ("INT64", "STRING", "BYTES"):
         return value
     if code in ("NUMERIC", "DATE", "TIMESTAMP"):
         return _json_value(ctype, value)
@@ -217,7 +284,7 @@ def json_to_sqlite(ctype: ColumnType, value: Any) -> Any:
     if code == "ARRAY":
         return orjson.dumps(value).decode()
     if code == "FLOAT64" and isinstance(value, str):
-        return float(value.replace("Infinity", "inf"))
+        return NAN_TEXT if value == "NaN" else float(value.replace("Infinity", "inf"))
     return value
 
 

@@ -40,6 +40,13 @@ _TYPE_LIST = (
 )
 _UNKEYABLE_TYPES = frozenset({"ARRAY", "JSON"})
 _SYSTEM_TABLE_PREFIX = "_cs_"
+#: SQLite keeps names starting with this for itself.
+_SQLITE_PREFIX = "sqlite_"
+# Spanner's limits on names, columns per table and STRING/BYTES lengths.
+_MAX_NAME_CHARS = 128
+_MAX_COLUMNS = 1024
+_MAX_LENGTH = {"STRING": 2_621_440, "BYTES": 10_485_760}
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _COLUMN_OPTIONS = ("allow_commit_timestamp",)
 _STREAM_OPTIONS = ("retention_period", "value_capture_type")
 _DURATION_UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
@@ -214,6 +221,13 @@ class _Parser:
             )
         if token.kind not in ("word", "name"):
             raise self._unexpected(what)
+        if len(token.value) > _MAX_NAME_CHARS:
+            raise self._error(
+                f"{what} is {len(token.value)} characters long; the limit is {_MAX_NAME_CHARS}",
+                token,
+            )
+        if _CONTROL.search(token.value):
+            raise self._error(f"{what} {token.value!r} holds a control character", token)
         return self._advance()
 
     # Statements
@@ -253,6 +267,12 @@ class _Parser:
     def _user_name(self, what: str) -> _Token:
         """A name user DDL may create, alter or drop: not one of the engine's own."""
         token = self._name(what)
+        if token.value.lower().startswith(_SQLITE_PREFIX):
+            raise self._error(
+                f"{what} {token.value!r} is reserved: names starting with {_SQLITE_PREFIX!r} "
+                "belong to SQLite",
+                token,
+            )
         if token.value.lower().startswith(_SYSTEM_TABLE_PREFIX):
             raise self._error(
                 f"{what} {token.value!r} is reserved: names starting with "
@@ -276,6 +296,10 @@ class _Parser:
                     f"duplicate column {column_token.value!r} in table {table!r}", column_token
                 )
             seen.add(column_token.value.lower())
+            if len(columns) == _MAX_COLUMNS:
+                raise self._error(
+                    f"table {table!r} has more than {_MAX_COLUMNS} columns", column_token
+                )
             columns[column_token.value] = self._column(column_token.value, len(columns) + 1)
             if not self._accept_punct(","):
                 break
@@ -332,8 +356,12 @@ class _Parser:
         length: int | None = None
         if length_token.kind == "integer":
             length = int(length_token.value)
-            if length == 0:
-                raise self._error(f"{code} length must be a positive integer or MAX", length_token)
+            if not 0 < length <= _MAX_LENGTH[code]:
+                raise self._error(
+                    f"{code} length must be a positive integer up to {_MAX_LENGTH[code]} "
+                    f"or MAX, got {length}",
+                    length_token,
+                )
             self._advance()
         elif not self._accept_keyword("MAX"):
             raise self._unexpected(f"a {code} length (a positive integer or MAX)")

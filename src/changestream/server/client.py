@@ -175,7 +175,7 @@ class RemoteDatabase:
         request = self._client.build_request(
             method,
             path,
-            content=None if body is None else orjson.dumps(body),
+            content=None if body is None else _dumps(body),
             headers=_JSON,
             params=query,
         )
@@ -192,7 +192,7 @@ class RemoteDatabase:
         deadline = time.monotonic() + self._reconnect_timeout
         while True:
             request = self._client.build_request(
-                "POST", self._prefix + path, content=orjson.dumps(body), headers=_JSON
+                "POST", self._prefix + path, content=_dumps(body), headers=_JSON
             )
             response = self._send(request, stream=True, idempotent=True)
             if response.status_code < 400:
@@ -667,3 +667,11 @@ def _returned(
     if isinstance(record, HeartbeatRecord):
         return last_heartbeat is not None and record.timestamp <= last_heartbeat
     return False
+
+
+def _dumps(body: dict[str, Any]) -> bytes:
+    """A request body as JSON; text that is not valid Unicode cannot be sent."""
+    try:
+        return orjson.dumps(body)
+    except orjson.JSONEncodeError as exc:
+        raise InvalidArgument(f"the request cannot be sent as JSON: {exc}") from exc

@@ -38,6 +38,13 @@ _BOUNDS = ("start_closed", "start_open", "end_closed", "end_open")
 
 def encode(value: Any) -> Any:
     """``value`` as typed JSON (a structure orjson can dump)."""
+    try:
+        return _encode(value)
+    except RecursionError as exc:
+        raise InvalidArgument("a value is nested too deeply to send as JSON") from exc
+
+
+def _encode(value: Any) -> Any:
     kind = type(value)
     if kind is str or kind is bool or value is None:
         return value
@@ -46,7 +53,7 @@ def encode(value: Any) -> Any:
     if kind is float:
         return value if math.isfinite(value) else {"$float": _float_text(value)}
     if kind is list or kind is tuple:
-        return [encode(item) for item in value]
+        return [_encode(item) for item in value]
     if kind is dict:
         encoded = {}
         tagged = False
@@ -54,7 +61,7 @@ def encode(value: Any) -> Any:
             if not isinstance(key, str):
                 raise InvalidArgument(f"object keys must be strings, got {key!r}")
             tagged = tagged or key.startswith("$")
-            encoded[key] = encode(item)
+            encoded[key] = _encode(item)
         return {"$object": encoded} if tagged else encoded
     return _encode_other(value)
 
@@ -70,15 +77,15 @@ def _encode_other(value: Any) -> Any:
     if isinstance(value, bool):
         return bool(value)
     if isinstance(value, int):
-        return encode(int(value))
+        return _encode(int(value))
     if isinstance(value, float):
-        return encode(float(value))
+        return _encode(float(value))
     if isinstance(value, str):
         return str(value)
     if isinstance(value, list | tuple):
-        return [encode(item) for item in value]
+        return [_encode(item) for item in value]
     if isinstance(value, dict):
-        return encode(dict(value))
+        return _encode(dict(value))
     if isinstance(value, bytes | bytearray | memoryview):
         return {"$bytes": base64.b64encode(bytes(value)).decode("ascii")}
     if isinstance(value, dt.datetime):
@@ -92,7 +99,7 @@ def _encode_other(value: Any) -> Any:
     if isinstance(value, KeyRange):
         bounds = {name: getattr(value, name) for name in _BOUNDS}
         return {
-            "$key_range": {k: None if v is None else encode(list(v)) for k, v in bounds.items()}
+            "$key_range": {k: None if v is None else _encode(list(v)) for k, v in bounds.items()}
         }
     raise InvalidArgument(f"cannot send a value of type {type(value).__name__}: {value!r}")
 

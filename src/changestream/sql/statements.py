@@ -8,27 +8,36 @@ only parses as PostgreSQL, or when it uses PostgreSQL-only forms (``$n`` paramet
 
 from __future__ import annotations
 
-import datetime as dt
 import decimal
 import itertools
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
-import orjson
 import sqlglot
 from sqlglot import TokenType, exp
 from sqlglot.dialects.bigquery import BigQuery
 from sqlglot.dialects.dialect import Dialect
 from sqlglot.dialects.postgres import Postgres
-from sqlglot.errors import ErrorLevel, ParseError, TokenError, UnsupportedError
+from sqlglot.errors import ErrorLevel, ParseError, SqlglotError, TokenError, UnsupportedError
 from sqlglot.parser import Parser
 
 from changestream.clock import format_ts, parse_ts
 from changestream.errors import InvalidArgument
+from changestream.sql.limits import (
+    DEFAULT_LIMITS,
+    SqlLimits,
+    check_deadline,
+    check_text,
+    parse_deadline,
+)
+from changestream.sql.params import stored_parameter
+from changestream.types import ColumnType, normalize, to_sqlite
 
 Params = Mapping[str, Any] | Sequence[Any] | None
+#: The type of a table's column, or None when there is no such table or column.
+ColumnTypes = Callable[[str, str], ColumnType | None]
 _P = TypeVar("_P", bound=Parser)
 
 _ARGUMENTS = (
@@ -55,22 +64,31 @@ _POSITIONAL_PARAMETER = re.compile(r"^\$\d+$")
 _MARKER = "cs_bind_"
 
 
-def _without_read_functions(base: type[_P]) -> type[_P]:
-    """``base`` minus sqlglot's READ_* functions (DuckDB's READ_CSV, READ_PARQUET, ...).
+def _bounded(base: type[_P]) -> type[_P]:
+    """``base`` minus sqlglot's READ_* functions (DuckDB's READ_CSV, READ_PARQUET, ...), checking
+    the parse deadline (:mod:`changestream.sql.limits`) at every token it moves to.
 
-    Otherwise ``READ_Csv(...)`` would parse as DuckDB's function, losing the stream name's case
-    and the argument layout.
+    Without the first, ``READ_Csv(...)`` would parse as DuckDB's function, losing the stream
+    name's case and the argument layout; without the second, backtracking has no bound.
     """
     functions = {name: f for name, f in base.FUNCTIONS.items() if not name.startswith("READ_")}
-    return cast("type[_P]", type(base.__name__, (base,), {"FUNCTIONS": functions}))
+
+    def _advance(self: Parser, times: int = 1) -> None:
+        base._advance(self, times)
+        check_deadline()
+
+    return cast(
+        "type[_P]",
+        type(base.__name__, (base,), {"FUNCTIONS": functions, "_advance": _advance}),
+    )
 
 
 class _GoogleSQL(BigQuery):
-    parser_class = _without_read_functions(BigQuery.parser_class)
+    parser_class = _bounded(BigQuery.parser_class)
 
 
 class _PostgreSQL(Postgres):
-    parser_class = _without_read_functions(Postgres.parser_class)
+    parser_class = _bounded(Postgres.parser_class)
 
 
 _DIALECTS: dict[str, type[Dialect]] = {"googlesql": _GoogleSQL, "postgresql": _PostgreSQL}
@@ -119,15 +137,39 @@ class DmlStatement:
 
 
 def parse_statement(
-    sql: str, params: Params = None, *, dialect: str | None = None
+    sql: str,
+    params: Params = None,
+    *,
+    dialect: str | None = None,
+    column_types: ColumnTypes | None = None,
+    limits: SqlLimits = DEFAULT_LIMITS,
 ) -> ReadFunctionCall | SelectQuery | DmlStatement:
-    """Parse one statement of user SQL; ``dialect`` ("googlesql"/"postgresql") skips detection."""
+    """Parse one statement of user SQL; ``dialect`` ("googlesql"/"postgresql") skips detection.
+
+    ``column_types`` lets a parameter assigned straight to a column be checked as that
+    column's type; ``limits`` bounds the text and the parse time.
+    """
     if isinstance(params, str | bytes) or not isinstance(params, Mapping | Sequence | None):
         raise InvalidArgument(
             f"params must be a mapping or a sequence, got {type(params).__name__}"
         )
-    statement = _parse(sql, params, dialect)
-    binder = _Binder(params)
+    check_text(sql, limits)
+    try:
+        with parse_deadline(limits.parse_seconds):
+            statement = _parse(sql, params, dialect)
+        return _prepare(statement, _Binder(params), column_types)
+    except RecursionError as exc:
+        # Brackets are counted up front; this catches nesting without them (NOT NOT ... x).
+        raise InvalidArgument("SQL statement is nested too deeply to parse") from exc
+    except SqlglotError as exc:
+        # Parse errors are explained where they arise; this is text sqlglot parsed but then
+        # could not turn into SQLite (an identifier it renders unquoted, say).
+        raise InvalidArgument(f"statement cannot be run on SQLite: {exc}") from exc
+
+
+def _prepare(
+    statement: exp.Expr, binder: _Binder, column_types: ColumnTypes | None
+) -> ReadFunctionCall | SelectQuery | DmlStatement:
     form = _read_function_form(statement)
     if form is not None:
         assert isinstance(statement, exp.Select)
@@ -135,9 +177,9 @@ def parse_statement(
     _check_tables(statement)
     _fold_timestamp_casts(statement)
     if isinstance(statement, exp.Insert):
-        return _insert(statement, binder)
+        return _insert(statement, binder, column_types)
     if isinstance(statement, exp.Update):
-        return _update(statement, binder)
+        return _update(statement, binder, column_types)
     if isinstance(statement, exp.Delete):
         return _delete(statement, binder)
     if isinstance(statement, exp.Query):
@@ -361,6 +403,8 @@ class _Binder:
         key = node.this
         params = self._params
         if isinstance(key, exp.Literal) and not key.is_string:
+            if not key.this.isdecimal() or not key.this.isascii():
+                raise InvalidArgument(f"query parameter {node.sql()} is not a name or a number")
             index = int(key.this)
             label = f"${index}"
             if isinstance(params, Mapping):
@@ -377,21 +421,6 @@ class _Binder:
             elif params is not None:
                 raise InvalidArgument(f"named parameter {label} needs params given as a mapping")
         raise InvalidArgument(f"no value given for query parameter {label}")
-
-
-def _to_storage(value: Any) -> Any:
-    """A parameter value in the form user columns are stored in."""
-    if isinstance(value, bool):
-        return 1 if value else 0
-    if isinstance(value, dt.datetime):
-        return format_ts(parse_ts(value, "query parameter"))
-    if isinstance(value, dt.date):
-        return value.isoformat()
-    if isinstance(value, decimal.Decimal):
-        return format(value, "f")
-    if isinstance(value, dict | list):
-        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
-    return value
 
 
 def _is_timestamp_cast(node: exp.Expr | None) -> bool:
@@ -411,8 +440,15 @@ def _fold_timestamp_casts(tree: exp.Expr) -> None:
             )
 
 
-def _bind(tree: exp.Expr, binder: _Binder) -> list[Any]:
-    """Swap parameters for numbered markers; return the storage-form values by marker number."""
+#: The column (name, type) each parameter assigned straight to a column goes to, by node id.
+Targets = dict[int, tuple[str, ColumnType]]
+
+
+def _bind(tree: exp.Expr, binder: _Binder, targets: Targets | None = None) -> list[Any]:
+    """Swap parameters for numbered markers; return the storage-form values by marker number.
+
+    Each value is checked once: as its target column's type, or else by its Python type.
+    """
     if any(True for _ in tree.find_all(exp.Placeholder)):
         raise InvalidArgument(
             "use @name (GoogleSQL) or $n (PostgreSQL) query parameters, not ? or :name"
@@ -427,7 +463,8 @@ def _bind(tree: exp.Expr, binder: _Binder) -> list[Any]:
             target = parameter.parent
             if value is not None:
                 value = format_ts(parse_ts(value, f"query parameter {parameter.sql()}"))
-        values.append(_to_storage(value))
+        label = parameter.sql()
+        values.append(stored_parameter(value, label, (targets or {}).get(id(parameter))))
         target.replace(exp.Placeholder(this=f"{_MARKER}{len(values) - 1}"))
     return values
 
@@ -438,6 +475,11 @@ def _render(tree: exp.Expr, values: Sequence[Any]) -> tuple[str, tuple[Any, ...]
         text = tree.sql(dialect="sqlite", unsupported_level=ErrorLevel.RAISE)
     except UnsupportedError as exc:
         raise InvalidArgument(f"statement cannot be run on SQLite: {exc}") from exc
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        # sqlglot's generator fails on some trees its parser accepts (b'' as a bit string).
+        raise InvalidArgument(
+            f"statement cannot be run on SQLite: {type(exc).__name__}: {exc}"
+        ) from exc
     # find_all walks breadth-first, which is not the order the markers appear in the text, so
     # the order is read back from the rendered text's tokens (string literals stay opaque).
     pieces: list[str] = []
@@ -494,7 +536,48 @@ def _reject_clauses(statement: exp.Expr, kind: str, allowed: tuple[str, ...]) ->
         raise InvalidArgument(_CLAUSE_ERRORS.get(key, f"{kind} with {clause} is not supported"))
 
 
-def _insert(statement: exp.Insert, binder: _Binder) -> DmlStatement:
+def _targets(
+    table: str, pairs: Sequence[tuple[str, exp.Expr]], column_types: ColumnTypes | None
+) -> Targets:
+    """The column each parameter among ``pairs`` (column name, value node) is assigned to.
+
+    A text literal assigned to a TIMESTAMP, DATE or NUMERIC column is rewritten in place to
+    the form the column stores, so it compares and sorts like every other value there.
+    """
+    targets: Targets = {}
+    if column_types is None:
+        return targets
+    for name, node in pairs:
+        ctype = column_types(table, name)
+        if ctype is None:
+            continue
+        if isinstance(node, exp.Parameter):
+            targets[id(node)] = (name, ctype)
+        elif isinstance(node, exp.Literal) and node.is_string and ctype.code in _TEXT_STORED:
+            node.replace(exp.Literal.string(_stored_text(ctype, node.this, name)))
+    return targets
+
+
+_TEXT_STORED = frozenset({"TIMESTAMP", "DATE", "NUMERIC"})
+
+
+def _stored_text(ctype: ColumnType, text: str, column: str) -> str:
+    value: Any = text
+    if ctype.code == "NUMERIC":
+        try:
+            value = decimal.Decimal(text)
+        except decimal.InvalidOperation as exc:
+            raise InvalidArgument(
+                f"column {column!r} of type NUMERIC: {text!r} is not a number"
+            ) from exc
+    stored = to_sqlite(ctype, normalize(ctype, value, column))
+    assert isinstance(stored, str)
+    return stored
+
+
+def _insert(
+    statement: exp.Insert, binder: _Binder, column_types: ColumnTypes | None
+) -> DmlStatement:
     _reject_clauses(statement, "INSERT", ("this", "expression"))
     target = statement.this
     if not isinstance(target, exp.Schema):
@@ -504,20 +587,25 @@ def _insert(statement: exp.Insert, binder: _Binder) -> DmlStatement:
     table = _target_table(target.this, "INSERT")
     columns = tuple(column.name for column in target.expressions)
     source = statement.expression
+    pairs: list[tuple[str, exp.Expr]] = []
     if isinstance(source, exp.Values):
         for row in source.expressions:
-            width = len(row.expressions) if isinstance(row, exp.Tuple) else 1
-            if width != len(columns):
+            items = row.expressions if isinstance(row, exp.Tuple) else [row]
+            if len(items) != len(columns):
                 raise InvalidArgument(
-                    f"INSERT lists {len(columns)} columns but a row has {width} values"
+                    f"INSERT lists {len(columns)} columns but a row has {len(items)} values"
                 )
+            pairs += zip(columns, items, strict=True)
     elif not isinstance(source, exp.Query):
         raise InvalidArgument("INSERT needs VALUES (...) or a SELECT")
-    sql, params = _render(statement, _bind(statement, binder))
+    targets = _targets(table, pairs, column_types)
+    sql, params = _render(statement, _bind(statement, binder, targets))
     return DmlStatement("INSERT", table, columns, f"{sql} RETURNING *", None, params, ())
 
 
-def _update(statement: exp.Update, binder: _Binder) -> DmlStatement:
+def _update(
+    statement: exp.Update, binder: _Binder, column_types: ColumnTypes | None
+) -> DmlStatement:
     _reject_clauses(statement, "UPDATE", ("this", "expressions", "where"))
     if statement.args.get("where") is None:
         raise InvalidArgument("UPDATE needs a WHERE clause (WHERE true updates every row)")
@@ -531,7 +619,9 @@ def _update(statement: exp.Update, binder: _Binder) -> DmlStatement:
         # GoogleSQL allows `SET alias.col = ...`; SQLite only takes the bare column.
         column.set("table", None)
         columns.append(column.name)
-    return _changing_statement("UPDATE", statement, target, table, tuple(columns), binder)
+    pairs = [(a.this.name, a.expression) for a in statement.expressions]
+    targets = _targets(table, pairs, column_types)
+    return _changing_statement("UPDATE", statement, target, table, tuple(columns), binder, targets)
 
 
 def _delete(statement: exp.Delete, binder: _Binder) -> DmlStatement:
@@ -547,7 +637,7 @@ def _delete(statement: exp.Delete, binder: _Binder) -> DmlStatement:
         raise InvalidArgument("DELETE needs a WHERE clause (WHERE true deletes every row)")
     target = statement.this
     table = _target_table(target, "DELETE")
-    return _changing_statement("DELETE", statement, target, table, (), binder)
+    return _changing_statement("DELETE", statement, target, table, (), binder, {})
 
 
 def _changing_statement(
@@ -557,8 +647,9 @@ def _changing_statement(
     table: str,
     columns: tuple[str, ...],
     binder: _Binder,
+    targets: Targets,
 ) -> DmlStatement:
-    values = _bind(statement, binder)
+    values = _bind(statement, binder, targets)
     sql, params = _render(statement, values)
     select_old = exp.select("*").from_(target.copy()).where(statement.args["where"].this.copy())
     old_sql, old_params = _render(select_old, values)

@@ -20,7 +20,7 @@ from changestream.ddl.schema import (
     StreamTarget,
     Table,
 )
-from changestream.errors import AlreadyExists, FailedPrecondition, NotFound
+from changestream.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from changestream.store.keys import quote
 from changestream.store.sqlite_layout import SYSTEM_PREFIX, create_table_sql
 
@@ -125,12 +125,17 @@ class Catalog:
         table = self.table(name)
         # SQLite table names are case-insensitive, so "t" would collide with "T".
         taken = [t for t in self.tables if t.lower() == new_name.lower() and t != name]
+        if new_name == name:
+            taken = [name]
         if taken:
             raise AlreadyExists(
                 f"cannot rename table {name!r} to {new_name!r}: {taken[0]!r} exists"
             )
         self._check_untracked(name, "rename")
-        conn.execute(f"ALTER TABLE {quote(name)} RENAME TO {quote(new_name)}")
+        try:
+            conn.execute(f"ALTER TABLE {quote(name)} RENAME TO {quote(new_name)}")
+        except sqlite3.OperationalError as exc:
+            raise InvalidArgument(f"cannot rename table {name!r} to {new_name!r}: {exc}") from exc
         renamed = replace(table, name=new_name)
         conn.execute(
             "UPDATE _cs_tables SET name = ?, definition = ? WHERE name = ?",

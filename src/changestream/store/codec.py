@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from operator import itemgetter, ne
 from typing import Any
 
 from changestream.ddl.schema import Column, Table
 from changestream.errors import InvalidArgument
 from changestream.types import COMMIT_TIMESTAMP, normalize, to_sqlite
+from changestream.values import shown, text_problem
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _STORED_AS_IS = frozenset({"INT64", "FLOAT64", "STRING", "BYTES"})
@@ -47,6 +49,10 @@ def _within_bounds(column: Column, values: tuple[Any, ...]) -> bool:
     code, length = column.type.code, column.type.length
     if code == "INT64":
         return bool(min(present) >= _INT64_MIN and max(present) <= _INT64_MAX)
+    if code == "STRING" and text_problem("".join(present)) is not None:
+        return False
+    if code == "FLOAT64" and any(map(ne, present, present)):
+        return False  # a NaN (not equal to itself): normalize gives every NaN one identity
     if length is not None:
         return max(map(len, present)) <= length
     return True
@@ -70,6 +76,7 @@ class RowCodec:
         self._checks = [_slow(c) for c in chosen]
         self._fast = [_fast_types(c) for c in chosen]
         self._stores_as_is = all(c.type.code in _STORED_AS_IS for c in chosen)
+        self._float_positions = [i for i, c in enumerate(chosen) if c.type.code == "FLOAT64"]
         self._stores = [_store_for(c) for c in chosen]
         self.key_positions = tuple(columns.index(k) for k in table.primary_key)
         self.covers_all_columns = len(columns) == len(table.columns)
@@ -85,14 +92,14 @@ class RowCodec:
         if not set(map(type, values)) <= {list, tuple}:
             for row in values:
                 if isinstance(row, str | bytes) or not isinstance(row, Sequence):
-                    raise InvalidArgument(f"a row must be a list of values, got {row!r}")
+                    raise InvalidArgument(f"a row must be a list of values, got {shown(row)}")
         rows = list(map(tuple, values))
         if not rows:
             return rows
         if set(map(len, rows)) != {width}:
             bad = next(row for row in rows if len(row) != width)
             raise InvalidArgument(
-                f"row {list(bad)!r} has {len(bad)} value(s) for the {width} column(s) "
+                f"row {shown(list(bad))} has {len(bad)} value(s) for the {width} column(s) "
                 f"{list(self.columns)!r}"
             )
         columns = list(zip(*rows, strict=True))
@@ -109,10 +116,18 @@ class RowCodec:
 
     def stored(self, rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
         """Rows in SQLite storage form."""
-        if self._stores_as_is:
+        if self._stores_as_is and not self._has_nan(rows):
             return rows
         stores = self._stores
         return [tuple([store(v) for store, v in zip(stores, row, strict=True)]) for row in rows]
+
+    def _has_nan(self, rows: list[tuple[Any, ...]]) -> bool:
+        """Whether a FLOAT64 value is NaN (SQLite would store it as NULL unless converted)."""
+        for position in self._float_positions:
+            column = tuple(map(itemgetter(position), rows))
+            if any(map(ne, column, column)):
+                return True
+        return False
 
     def key(self, row: tuple[Any, ...]) -> tuple[Any, ...]:
         return tuple([row[i] for i in self.key_positions])

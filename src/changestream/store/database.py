@@ -24,7 +24,8 @@ from changestream.ddl.schema import (
     StreamOptions,
     Table,
 )
-from changestream.errors import AlreadyExists, InvalidArgument
+from changestream.errors import AlreadyExists, InvalidArgument, reported
+from changestream.sql.limits import DEFAULT_LIMITS, SqlLimits
 from changestream.store import documents
 from changestream.store import splits as split_ops
 from changestream.store.catalog import Catalog
@@ -35,9 +36,11 @@ from changestream.store.keys import KeyRange, encode_key, quote, table_prefix
 from changestream.store.load import forget_before
 from changestream.store.policy import Action, SplitPolicy, load_policy, save_policy
 from changestream.store.rebalancer import Rebalancer
-from changestream.store.rows import check_columns, key_condition, storage_key
+from changestream.store.rows import check_columns, key_condition, restore_nans, storage_key
 from changestream.store.splits import Split, SplitMap
 from changestream.store.sqlite_layout import SYSTEM_TABLE_NAMES, SYSTEM_TABLES
+from changestream.types import ColumnType
+from changestream.values import shown
 
 _GC_INTERVAL_US = 60_000_000
 #: Rows a snapshot read returns at most per call (page with ``limit`` and a KeyRange).
@@ -100,7 +103,12 @@ class Store:
         busy_timeout: float = 5.0,
         capture: CaptureFn | None = None,
         clock: Clock | None = None,
+        sql_limits: SqlLimits = DEFAULT_LIMITS,
     ) -> None:
+        if not isinstance(sql_limits, SqlLimits):
+            raise InvalidArgument(f"sql_limits must be a SqlLimits, got {shown(sql_limits)}")
+        #: The bounds on each SQL statement's size, nesting, parse and run time.
+        self.sql_limits = sql_limits
         self._tempdir: str | None = None
         if path == ":memory:":
             self._tempdir = tempfile.mkdtemp(prefix="changestream-")
@@ -197,6 +205,12 @@ class Store:
         conn = self.connection()
         self._refresh(conn, self.read_meta(conn))
         return list(self._split_map.splits)
+
+    def column_type(self, table: str, column: str) -> ColumnType | None:
+        """The type of ``table``'s ``column``, or None when either does not exist."""
+        schema = self.catalog().tables.get(table)
+        found = schema.column(column) if schema is not None else None
+        return found.type if found is not None else None
 
     def codec(self, table: str, columns: Sequence[str]) -> RowCodec:
         """The row codec for writing ``columns`` of ``table`` (validated, cached per schema)."""
@@ -351,6 +365,7 @@ class Store:
 
     # -- DDL ---------------------------------------------------------------------------------
 
+    @reported
     def execute_ddl(self, statements: str | Sequence[str]) -> int:
         """Apply one or more DDL statements atomically; returns their commit timestamp."""
         texts = [statements] if isinstance(statements, str) else list(statements)
@@ -414,6 +429,7 @@ class Store:
 
     # -- reads -------------------------------------------------------------------------------
 
+    @reported
     def read(
         self,
         table: str,
@@ -423,6 +439,7 @@ class Store:
         """Rows of ``table`` in key order: all rows (keys None), the given keys, or a KeyRange."""
         return self._read(table, keys, columns, None)
 
+    @reported
     def read_snapshot(
         self,
         table: str,
@@ -433,13 +450,15 @@ class Store:
         """Rows of ``table`` in key order (all, or a KeyRange; the first ``limit`` of them)
         with the timestamp of the snapshot they were read in (see :class:`SnapshotRead`)."""
         if keys is not None and not isinstance(keys, KeyRange):
-            raise InvalidArgument(f"keys must be a KeyRange or None, got {keys!r}")
+            raise InvalidArgument(f"keys must be a KeyRange or None, got {shown(keys)}")
         if limit is not None and (
             isinstance(limit, bool)
             or not isinstance(limit, int)
             or not 0 < limit <= MAX_SNAPSHOT_ROWS
         ):
-            raise InvalidArgument(f"limit must be between 1 and {MAX_SNAPSHOT_ROWS}, got {limit!r}")
+            raise InvalidArgument(
+                f"limit must be between 1 and {MAX_SNAPSHOT_ROWS}, got {shown(limit)}"
+            )
         # One SQLite read transaction: the rows and the last commit timestamp come from the
         # same snapshot, so a commit is either in both or in neither.
         with self.snapshot() as conn:
@@ -465,17 +484,18 @@ class Store:
             order += f" LIMIT {int(limit)}"
         conn = self.connection()
         if keys is None:
-            return conn.execute(select + order).fetchall()
+            return restore_nans(schema, names, conn.execute(select + order).fetchall())
         if isinstance(keys, KeyRange):
             where, params = keys.where(schema)
-            return conn.execute(f"{select} WHERE {where}{order}", params).fetchall()
+            in_range = conn.execute(f"{select} WHERE {where}{order}", params).fetchall()
+            return restore_nans(schema, names, in_range)
         condition = key_condition(schema)
         rows: list[tuple[Any, ...]] = []
         with self.snapshot() as conn:
             for key in keys:
                 found = conn.execute(f"{select} WHERE {condition}", storage_key(schema, key))
                 rows.extend(found.fetchall())
-        return rows
+        return restore_nans(schema, names, rows)
 
     def tables(self) -> list[Table]:
         """The user tables, by name: columns in schema order, primary key in key order."""

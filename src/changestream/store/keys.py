@@ -13,6 +13,7 @@ from changestream.clock import format_ts, parse_ts
 from changestream.ddl.schema import Table
 from changestream.errors import InvalidArgument
 from changestream.types import ColumnType, normalize, to_sqlite
+from changestream.values import shown
 
 _NULL = b"\x01"
 _VALUE = b"\x02"
@@ -70,7 +71,7 @@ def encode_key(table: Table, key: Sequence[Any], *, normalized: bool = False) ->
     if len(key) > len(columns):
         raise InvalidArgument(
             f"table {table.name!r} has {len(columns)} key column(s), got a key of {len(key)}: "
-            f"{tuple(key)!r}"
+            f"{shown(tuple(key))}"
         )
     parts = [table_prefix(table.name)]
     for column, value in zip(columns, key, strict=False):
@@ -189,7 +190,7 @@ class KeyRange:
             bound = tuple(bound)
             if len(bound) > len(table.primary_key):
                 raise InvalidArgument(
-                    f"KeyRange bound {bound!r} is longer than the key of table {table.name!r}"
+                    f"KeyRange bound {shown(bound)} is longer than the key of table {table.name!r}"
                 )
             if not bound:
                 if op in (">", "<"):

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextvars
 import re
 import sqlite3
 
 from changestream.ddl.schema import Table
 from changestream.store.keys import quote
-from changestream.types import SCALAR_CODES, ColumnType, from_sqlite
+from changestream.types import SCALAR_CODES, ColumnType, from_sqlite, to_sqlite
 
 SYSTEM_PREFIX = "_cs_"
 
@@ -132,12 +133,23 @@ def create_table_sql(table: Table) -> str:
     return f"CREATE TABLE {quote(table.name)} ({', '.join(columns)}, PRIMARY KEY ({key}))"
 
 
+#: Set while reading back what a DML statement wrote: text in a TIMESTAMP, DATE or NUMERIC
+#: column must then be in the exact form writes store, or it would compare and sort wrongly.
+exact_forms: contextvars.ContextVar[bool] = contextvars.ContextVar("exact_forms", default=False)
+_TEXT_FORMS = frozenset({"TIMESTAMP", "DATE", "NUMERIC"})
+
+
 def _converter(ctype: ColumnType) -> object:
     def convert(raw: bytes) -> object:
         text: object = raw if ctype.code == "BYTES" else raw.decode("utf-8")
         if ctype.code == "BOOL":
             text = int(raw)
-        return from_sqlite(ctype, text)
+        value = from_sqlite(ctype, text)
+        if ctype.code in _TEXT_FORMS and exact_forms.get():
+            stored = to_sqlite(ctype, value)
+            if stored != text:
+                raise ValueError(f"{ctype} text {text!r} is not in its stored form {stored!r}")
+        return value
 
     return convert
 

@@ -12,19 +12,26 @@ from changestream.clock import to_datetime
 from changestream.ddl.schema import Table
 from changestream.errors import (
     AlreadyExists,
+    ChangeStreamError,
     FailedPrecondition,
     InvalidArgument,
     NotFound,
+    ResourceExhausted,
+    reported,
 )
+from changestream.sql.limits import SqlLimits
 from changestream.sql.statements import DmlStatement, parse_statement
+from changestream.store.budget import time_budget
 from changestream.store.changes import CommitContext, InsertBatch, RowChange
 from changestream.store.codec import RowCodec
 from changestream.store.database import WriteContext
 from changestream.store.keys import KeyRange, encode_key, quote
 from changestream.store.load import SplitLoad, record_load
-from changestream.store.rows import key_condition, normalized_key
+from changestream.store.rows import key_condition, normalized_key, restore_nans
 from changestream.store.splits import Split
-from changestream.types import COMMIT_TIMESTAMP, to_sqlite
+from changestream.store.sqlite_layout import exact_forms
+from changestream.types import COMMIT_TIMESTAMP, normalize, to_sqlite
+from changestream.values import shown
 
 if TYPE_CHECKING:
     from changestream.store.database import Store
@@ -160,7 +167,7 @@ class ChangeTracker:
                 for c, v in zip(table.key_columns, key, strict=True)
             ]
             sql = f"SELECT * FROM {quote(table.name)} WHERE ({columns}) IN (VALUES {tuples})"
-            for row in self.conn.execute(sql, params):
+            for row in restore_nans(table, names, self.conn.execute(sql, params).fetchall()):
                 found[tuple(row[i] for i in key_at)] = dict(zip(names, row, strict=True))
         return found
 
@@ -244,9 +251,13 @@ class ChangeTracker:
         self._expand(table)
         if table.name in self.tracked:
             names = [c.name for c in table.columns]
-            rows = self.conn.execute(
-                f"SELECT * FROM {quote(table.name)} WHERE {where}", params
-            ).fetchall()
+            rows = restore_nans(
+                table,
+                names,
+                self.conn.execute(
+                    f"SELECT * FROM {quote(table.name)} WHERE {where}", params
+                ).fetchall(),
+            )
             for row in rows:
                 before = dict(zip(names, row, strict=True))
                 key = tuple(before[k] for k in table.primary_key)
@@ -292,6 +303,60 @@ class ChangeTracker:
             self._note(
                 table, key, before_by_key.get(key), dict(zip(names, row, strict=True)), written
             )
+
+
+def _run_dml(
+    conn: sqlite3.Connection,
+    statement: DmlStatement,
+    table: Table,
+    tracked: bool,
+    limits: SqlLimits,
+) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """Run a DML statement within the time limit: the rows it will change (UPDATE of a
+    tracked table) and the rows it wrote, or a changestream error."""
+    names = [c.name for c in table.columns]
+    try:
+        with time_budget(conn, limits.execute_seconds, statement.kind):
+            old_rows: list[tuple[Any, ...]] = []
+            if statement.kind == "UPDATE" and tracked:
+                assert statement.select_old_sql is not None
+                old_rows = conn.execute(
+                    statement.select_old_sql, statement.select_old_params
+                ).fetchall()
+            new_rows = _written_rows(
+                table, conn.execute(statement.sql, statement.params), statement.kind
+            )
+    except sqlite3.IntegrityError as exc:
+        if "UNIQUE" in str(exc) or "PRIMARY KEY" in str(exc):
+            raise AlreadyExists(f"{statement.kind} into {table.name!r}: {exc}") from exc
+        raise InvalidArgument(f"{statement.kind} on {table.name!r}: {exc}") from exc
+    except sqlite3.Error as exc:
+        raise InvalidArgument(f"{statement.kind} on {table.name!r} failed: {exc}") from exc
+    return restore_nans(table, names, old_rows), new_rows
+
+
+def _written_rows(table: Table, cursor: sqlite3.Cursor, kind: str) -> list[tuple[Any, ...]]:
+    """The rows a DML statement's ``RETURNING *`` gives, each value checked against its
+    column's type: SQL expressions can compute anything, and nothing unreadable may stay."""
+    exact = exact_forms.set(True)
+    try:
+        rows = cursor.fetchall()
+    except (ChangeStreamError, ValueError, TypeError, ArithmeticError) as exc:
+        # A column's converter could not read what the statement wrote (say, text into ARRAY).
+        raise InvalidArgument(
+            f"{kind} on {table.name!r} wrote a value its column's type cannot hold: {exc}"
+        ) from exc
+    finally:
+        exact_forms.reset(exact)
+        # An unfinished statement would keep the savepoint from being rolled back.
+        cursor.close()
+    names = [c.name for c in table.columns]
+    rows = restore_nans(table, names, rows)
+    if kind != "DELETE":
+        for row in rows:
+            for column, value in zip(table.columns, row, strict=True):
+                normalize(column.type, value, column.name)
+    return rows
 
 
 def _assign_splits(
@@ -375,7 +440,7 @@ class Transaction(MutationMethods):
 
     def __init__(self, store: Store, tag: str | None = None) -> None:
         if tag is not None and not isinstance(tag, str):
-            raise InvalidArgument(f"tag must be a string, got {tag!r}")
+            raise InvalidArgument(f"tag must be a string, got {shown(tag)}")
         self._store = store
         self.tag = tag or ""
         self._mutations: list[Mutation] = []
@@ -400,15 +465,17 @@ class Transaction(MutationMethods):
         if self._done:
             raise FailedPrecondition("the transaction has already committed or rolled back")
 
+    @reported
     def _buffer(self, op: str, table: str, columns: Sequence[str], values: Sequence[Any]) -> None:
         self._check_open()
         codec = self._store.codec(table, columns)
         if isinstance(values, str | bytes) or not isinstance(values, Sequence):
-            raise InvalidArgument(f"values must be a list of rows, got {values!r}")
+            raise InvalidArgument(f"values must be a list of rows, got {shown(values)}")
         rows = codec.rows(values)
         if rows:
             self._mutations.append(Mutation(op, codec, rows))
 
+    @reported
     def delete(self, table: str, keys: Sequence[Sequence[Any]] | KeyRange) -> None:
         """Delete rows by key tuples or a KeyRange; missing rows are not an error."""
         self._check_open()
@@ -419,44 +486,46 @@ class Transaction(MutationMethods):
             self._mutations.append(Mutation("delete", codec, [], keys))
             return
         if isinstance(keys, str | bytes) or not isinstance(keys, Sequence):
-            raise InvalidArgument(f"keys must be a list of key tuples or a KeyRange, got {keys!r}")
+            raise InvalidArgument(
+                f"keys must be a list of key tuples or a KeyRange, got {shown(keys)}"
+            )
         rows = [normalized_key(schema, key) for key in keys]
         self._mutations.append(Mutation("delete", codec, rows))
 
+    @reported
     def execute_update(
         self, dml: str, params: Mapping[str, Any] | Sequence[Any] | None = None
     ) -> int:
         """Run an INSERT, UPDATE or DELETE statement now; returns the number of rows it changed."""
         self._check_open()
-        statement = parse_statement(dml, params)
+        store = self._store
+        statement = parse_statement(
+            dml, params, column_types=store.column_type, limits=store.sql_limits
+        )
         if not isinstance(statement, DmlStatement):
             raise InvalidArgument("execute_update takes INSERT, UPDATE or DELETE; use execute_sql")
         tracker = self._begin()
-        table = self._store.catalog().table(statement.table)
+        table = store.catalog().table(statement.table)
         keys_set = set(statement.columns) & set(table.primary_key)
         if statement.kind == "UPDATE" and keys_set:
             raise InvalidArgument(f"UPDATE cannot change key column(s) {', '.join(keys_set)}")
         conn = tracker.conn
+        tracked = table.name in tracker.tracked
         conn.execute("SAVEPOINT cs_dml")
         try:
-            old_rows: list[tuple[Any, ...]] = []
-            if statement.kind == "UPDATE" and table.name in tracker.tracked:
-                assert statement.select_old_sql is not None
-                old_rows = conn.execute(
-                    statement.select_old_sql, statement.select_old_params
-                ).fetchall()
-            new_rows = conn.execute(statement.sql, statement.params).fetchall()
-        except sqlite3.IntegrityError as exc:
-            conn.execute("ROLLBACK TO cs_dml")
-            if "UNIQUE" in str(exc) or "PRIMARY KEY" in str(exc):
-                raise AlreadyExists(f"{statement.kind} into {table.name!r}: {exc}") from exc
-            raise InvalidArgument(f"{statement.kind} on {table.name!r}: {exc}") from exc
-        except sqlite3.Error as exc:
-            conn.execute("ROLLBACK TO cs_dml")
-            raise InvalidArgument(f"{statement.kind} on {table.name!r} failed: {exc}") from exc
-        finally:
-            conn.execute("RELEASE cs_dml")
-        if table.name in tracker.tracked:
+            old_rows, new_rows = _run_dml(conn, statement, table, tracked, store.sql_limits)
+        except BaseException as exc:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK TO cs_dml")
+                conn.execute("RELEASE cs_dml")
+                raise
+            # SQLite rolls back the whole transaction when it interrupts a write.
+            self._done = True
+            if isinstance(exc, ResourceExhausted):
+                raise ResourceExhausted(f"{exc}; the transaction was rolled back") from exc
+            raise
+        conn.execute("RELEASE cs_dml")
+        if tracked:
             tracker.record_dml(statement, table, old_rows, new_rows)
         return len(new_rows)
 
@@ -468,6 +537,7 @@ class Transaction(MutationMethods):
             self._tracker = ChangeTracker(self._conn, tracked)
         return self._tracker
 
+    @reported
     def commit(self) -> dt.datetime:
         """Apply the buffered mutations, capture the changes, and commit; returns the timestamp."""
         self._check_open()

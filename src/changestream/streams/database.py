@@ -10,13 +10,15 @@ from typing import TYPE_CHECKING, Any
 
 from changestream.clock import Clock, format_ts, parse_ts
 from changestream.ddl.schema import SYSTEM_VALUE_CAPTURE_TYPE
-from changestream.errors import InvalidArgument, NotFound
+from changestream.errors import InvalidArgument, NotFound, reported
+from changestream.sql.limits import DEFAULT_LIMITS, SqlLimits
 from changestream.sql.statements import (
     DmlStatement,
     ReadFunctionCall,
     SelectQuery,
     parse_statement,
 )
+from changestream.store.budget import time_budget
 from changestream.store.database import Store
 from changestream.store.keys import describe_key
 from changestream.store.leases import LeaseTable, check_consumer, lease_consumers
@@ -85,8 +87,16 @@ class EmbeddedDatabase(Store):
         durability: str = "normal",
         busy_timeout: float = 5.0,
         clock: Clock | None = None,
+        sql_limits: SqlLimits = DEFAULT_LIMITS,
     ) -> None:
-        super().__init__(path, durability, busy_timeout, capture=ChangeCapture(), clock=clock)
+        super().__init__(
+            path,
+            durability,
+            busy_timeout,
+            capture=ChangeCapture(),
+            clock=clock,
+            sql_limits=sql_limits,
+        )
 
     def __enter__(self) -> EmbeddedDatabase:
         return self
@@ -152,6 +162,7 @@ class EmbeddedDatabase(Store):
 
         return TableHandle(self, name)
 
+    @reported
     def read_change_stream(
         self,
         stream: str,
@@ -174,9 +185,10 @@ class EmbeddedDatabase(Store):
         )
         return iter(ChangeStreamReader(self, request))
 
+    @reported
     def execute_sql(self, sql: str, params: Params = None) -> ResultSet:
         """Run a SELECT over user tables, or a change stream read function in either dialect."""
-        statement = parse_statement(sql, params)
+        statement = parse_statement(sql, params, limits=self.sql_limits)
         if isinstance(statement, ReadFunctionCall):
             records = self.read_change_stream(
                 statement.stream,
@@ -195,9 +207,11 @@ class EmbeddedDatabase(Store):
                 "db.transaction()"
             )
         assert isinstance(statement, SelectQuery)
+        conn = self.connection()
         try:
-            cursor = self.connection().execute(statement.sql, statement.params)
-            rows = cursor.fetchall()
+            with time_budget(conn, self.sql_limits.execute_seconds, "the query"):
+                cursor = conn.execute(statement.sql, statement.params)
+                rows = cursor.fetchall()
         except sqlite3.Error as exc:
             if "no such table" in str(exc):
                 known = ", ".join(sorted(self.catalog().tables)) or "none"

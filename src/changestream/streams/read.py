@@ -22,6 +22,7 @@ from changestream.streams.records import (
     sequence_text,
 )
 from changestream.streams.tokens import PartitionId, decode_token, encode_token
+from changestream.values import shown
 
 MIN_HEARTBEAT_MS = 1000
 MAX_HEARTBEAT_MS = 300_000
@@ -57,10 +58,10 @@ def validate(
 ) -> ReadRequest:
     """Check every argument the way the seed says, with errors that say what is allowed."""
     if read_options is not None:
-        raise InvalidArgument(f"read_options must be NULL (reserved), got {read_options!r}")
+        raise InvalidArgument(f"read_options must be NULL (reserved), got {shown(read_options)}")
     if isinstance(heartbeat_milliseconds, bool) or not isinstance(heartbeat_milliseconds, int):
         raise InvalidArgument(
-            f"heartbeat_milliseconds must be an integer, got {heartbeat_milliseconds!r}"
+            f"heartbeat_milliseconds must be an integer, got {shown(heartbeat_milliseconds)}"
         )
     if not MIN_HEARTBEAT_MS <= heartbeat_milliseconds <= MAX_HEARTBEAT_MS:
         raise InvalidArgument(
@@ -93,7 +94,9 @@ def validate(
             f"stream {stream!r}: the oldest readable timestamp is {format_ts(horizon)}"
         )
     if partition_token is not None and not isinstance(partition_token, str):
-        raise InvalidToken(f"partition_token must be a string or NULL, got {partition_token!r}")
+        raise InvalidToken(
+            f"partition_token must be a string or NULL, got {shown(partition_token)}"
+        )
     return ReadRequest(entry, start, end, partition_token, heartbeat_milliseconds * 1000)
 
 

@@ -10,6 +10,7 @@ import struct
 from dataclasses import dataclass
 
 from changestream.errors import InvalidToken
+from changestream.values import shown
 
 _LAYOUT = struct.Struct(">BQQ")
 _VERSION = 1
@@ -37,7 +38,7 @@ def encode_token(secret: str, partition: PartitionId) -> str:
 def decode_token(secret: str, token: object) -> PartitionId:
     """Check a token and return what it names; InvalidToken if malformed or forged."""
     if not isinstance(token, str) or not token:
-        raise InvalidToken(f"partition_token must be a non-empty string, got {token!r}")
+        raise InvalidToken(f"partition_token must be a non-empty string, got {shown(token)}")
     try:
         raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
     except (binascii.Error, ValueError) as exc:

@@ -1,0 +1,84 @@
+"""Query parameter values in the form user columns store them: the one check per parameter.
+
+A parameter assigned straight to a column (``INSERT ... VALUES (@p)``, ``SET c = @p``) is
+checked against that column's type; any other takes the type Spanner's Python client infers
+from its Python type (bool BOOL, int INT64, float FLOAT64, Decimal NUMERIC, str STRING, bytes
+BYTES, date DATE, datetime TIMESTAMP, dict JSON, list/tuple ARRAY of its elements' type).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+from typing import Any
+
+from changestream.errors import InvalidArgument
+from changestream.types import PARAMETER, ColumnType, normalize, to_sqlite
+from changestream.values import shown
+
+_SCALARS: tuple[tuple[type | tuple[type, ...], str], ...] = (
+    (bool, "BOOL"),
+    (int, "INT64"),
+    (float, "FLOAT64"),
+    (decimal.Decimal, "NUMERIC"),
+    (str, "STRING"),
+    ((bytes, bytearray, memoryview), "BYTES"),
+    (dt.datetime, "TIMESTAMP"),
+    (dt.date, "DATE"),
+    (dict, "JSON"),
+)
+_ALLOWED = "None, bool, int, float, Decimal, str, bytes, date, datetime, dict, list, tuple"
+
+
+def inferred_type(value: Any, label: str) -> ColumnType:
+    """The column type Spanner's Python client gives a parameter value of this Python type.
+
+    A list whose elements do not share one scalar type (``[3, {"a": 1}]``, nested lists) is
+    taken as a JSON array.
+    """
+    if isinstance(value, list | tuple):
+        present = [item for item in value if item is not None]
+        if not present:
+            return ColumnType("ARRAY", element=ColumnType("INT64"))
+        types = [_scalar_type(item) for item in present]
+        if None in types:
+            bad = present[types.index(None)]
+            raise _unsupported(f"{label} holds a", bad)
+        element = set(types)
+        if len(element) == 1 and ColumnType("JSON") not in element:
+            return ColumnType("ARRAY", element=element.pop())
+        return ColumnType("JSON")
+    type_ = _scalar_type(value)
+    if type_ is None:
+        raise _unsupported(f"{label} cannot be a", value)
+    return type_
+
+
+def _unsupported(what: str, value: Any) -> InvalidArgument:
+    return InvalidArgument(
+        f"query parameter {what} {type(value).__name__} ({shown(value)}); allowed: {_ALLOWED}"
+    )
+
+
+def _scalar_type(value: Any) -> ColumnType | None:
+    """The type of a scalar value; JSON for a list or dict; None for anything else."""
+    if isinstance(value, list | tuple):
+        return ColumnType("JSON")
+    for python_type, code in _SCALARS:
+        if isinstance(value, python_type):
+            return ColumnType(code)
+    return None
+
+
+def stored_parameter(value: Any, label: str, column: tuple[str, ColumnType] | None = None) -> Any:
+    """``value`` checked as the type of ``column`` (name, type) it is assigned to, or else as
+    the type inferred from its Python type; in storage form."""
+    if value is None:
+        return None
+    if column is not None:
+        name, ctype = column
+        return to_sqlite(ctype, normalize(ctype, value, name))
+    ctype = inferred_type(value, label)
+    if ctype.code == "JSON" and isinstance(value, tuple):
+        value = list(value)
+    return to_sqlite(ctype, normalize(ctype, value, PARAMETER + label))
