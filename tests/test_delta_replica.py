@@ -11,7 +11,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from deltalake import DeltaTable
+from deltalake import DeltaTable, write_deltalake
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -274,3 +274,42 @@ def test_replica_of_a_real_workload_with_splits(tmp_path: Path) -> None:
         replica.apply(events[at : at + 17])
     assert replica.read_rows() == db.read("KV")
     db.close()
+
+
+def _kv_events(start: int, keys: range, value: str) -> list[Event]:
+    mods = [
+        CdcMod(start + n, "t", "00000000", 0, "INSERT", {"K": str(n)}, {"V": value}, {})
+        for n in keys
+    ]
+    return cdc_events("s", "DB1", KV, mods, start + keys.stop)
+
+
+def test_maintain_compacts_small_files_and_vacuums_old_ones(tmp_path: Path) -> None:
+    replica = DeltaReplica(tmp_path / "replica", "DB1", KV)
+    replica.ensure()
+    for batch in range(6):  # six small data files, as appends of new keys make them
+        rows = replica.source_rows(
+            _kv_events(1_000, range(20 * batch, 20 * batch + 20), f"v{batch}")
+        )
+        write_deltalake(str(replica.path), rows, mode="append")
+    before = DeltaTable(str(replica.path)).file_uris()
+    assert len(before) >= 6
+    rows = replica.read_rows()
+    done = replica.maintain(vacuum_retention_hours=0)
+    after = DeltaTable(str(replica.path))
+    assert done["removed"] >= 6 and done["added"] < done["removed"]
+    assert len(after.file_uris()) < len(before)
+    # Vacuum deleted the files only old versions needed; the live rows are unchanged.
+    assert done["vacuumed"] >= len(before) - len(after.file_uris())
+    on_disk = {p.name for p in replica.path.glob("*.parquet")}
+    assert on_disk == {Path(f).name for f in after.file_uris()}
+    expected = [(n, "updated" if n % 7 == 0 else f"v{n // 20}") for n in range(120)]
+    assert rows == [(n, f"v{n // 20}") for n in range(120)]
+    assert replica.read_rows() == rows
+    replica.apply(_kv_events(2_000, range(0, 120, 7), "updated"))  # MERGEs go on as before
+    assert replica.read_rows() == expected
+    assert DeltaReplica(tmp_path / "missing", "DB1", KV).maintain(0) == {
+        "removed": 0,
+        "added": 0,
+        "vacuumed": 0,
+    }

@@ -252,9 +252,13 @@ def test_a_table_created_after_the_first_run_is_backfilled_and_replicated(
     with changestream.open(path) as db:
         db.execute_ddl([ORDERS])
         with db.transaction() as tx:
-            tx.insert("Orders", ["OrderId", "Total"], [[f"o{i:03d}", f"{i}.5"] for i in range(70)])
+            tx.insert(
+                "Orders",
+                ["OrderId", "Total"],
+                [[f"o{i:03d}", decimal.Decimal(f"{i}.5")] for i in range(70)],
+            )
         with db.transaction() as tx:
-            tx.update("Orders", ["OrderId", "Total"], [["o001", "99.99"]])
+            tx.update("Orders", ["OrderId", "Total"], [["o001", decimal.Decimal("99.99")]])
             tx.delete("Orders", [["o002"]])
             tx.update("Items", ["Id", "Qty"], [[1, 1000]])
     _run(spark, path, "shop", chunk_rows=20)
@@ -270,7 +274,7 @@ def test_a_table_created_after_the_first_run_is_backfilled_and_replicated(
     # Then more CDC for the new table, as for any other. Every change after `streams start` is
     # an event, those the backfill also read included (Datastream delivers both).
     with changestream.open(path) as db, db.transaction() as tx:
-        tx.insert("Orders", ["OrderId", "Total"], [["o999", "1"]])
+        tx.insert("Orders", ["OrderId", "Total"], [["o999", decimal.Decimal("1")]])
         tx.delete("Orders", [["o003"]])
     _run(spark, path, "shop")
     assert _replica(replica, path, "Orders") == _source(path, "Orders")

@@ -62,6 +62,21 @@ def pipeline() -> None:
     show_default=True,
     help="Rows per backfill chunk (chunks are read in parallel).",
 )
+@click.option(
+    "--compact-every",
+    type=click.IntRange(min=0),
+    default=50,
+    show_default=True,
+    metavar="N",
+    help="Compact each replica's small files every N micro-batches (0: never).",
+)
+@click.option(
+    "--vacuum-retention-hours",
+    type=click.FloatRange(min=0),
+    default=168.0,
+    show_default=True,
+    help="When compacting, delete replica files only versions older than this need.",
+)
 @click.pass_context
 def run(
     ctx: click.Context,
@@ -73,6 +88,8 @@ def run(
     max_records_per_trigger: int,
     batch_timeout: float,
     chunk_rows: int,
+    compact_every: int,
+    vacuum_retention_hours: float,
 ) -> None:
     """Run stream NAME's pipeline: backfill its objects, then stream every change as events
     to its destination (and its Delta replicas), until the stream is paused, drained or
@@ -92,6 +109,8 @@ def run(
         max_records_per_trigger=max_records_per_trigger or None,
         chunk_rows=chunk_rows,
         batch_timeout_seconds=batch_timeout,
+        compact_every=compact_every,
+        vacuum_retention_hours=vacuum_retention_hours,
     )
     columns = (
         TextColumn("[bold]{task.description}"),

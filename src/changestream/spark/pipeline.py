@@ -104,6 +104,8 @@ class PipelineOptions:
     ``chunk_rows``: rows per backfill chunk. ``attempts``: tries of each batch's work (with
     backoff) before the batch fails. ``restarts``: automatic restarts of the query after a
     retriable failure. ``batch_timeout_seconds``: a micro-batch running longer fails the run.
+    ``compact_every``: every this many MERGEs into a replica (0: never), its small files are
+    compacted and files older versions alone need, past ``vacuum_retention_hours``, deleted.
     """
 
     master: str = "local[2]"
@@ -118,6 +120,8 @@ class PipelineOptions:
     poll_seconds: float = 0.5
     batch_timeout_seconds: float = 900.0
     heartbeat_seconds: float = 2.0
+    compact_every: int = 50
+    vacuum_retention_hours: float = 168.0
 
 
 @dataclass(slots=True)
@@ -194,6 +198,7 @@ class Pipeline:
         self.definition: StreamDefinition = self.catalog.get(name).definition
         self._replicas: dict[tuple[str, str], DeltaReplica] = {}
         self._failure: _BatchError | None = None
+        self._merges: dict[str, int] = defaultdict(int)
         self._reported: int | None = None
         self._lag: float | None = None
 
@@ -479,6 +484,11 @@ class Pipeline:
                 continue
             replica = plan.replicas[by_object[obj]]
             self._attempts(obj, functools.partial(replica.apply_arrow, rows))
+            self._merges[obj] += 1
+            every = self.options.compact_every
+            if every and self._merges[obj] % every == 0:
+                maintain = functools.partial(replica.maintain, self.options.vacuum_retention_hours)
+                log.info("replica %s maintained: %s", obj, self._attempts(obj, maintain))
         for directory in {Path(p).parent.parent for paths in staged.values() for p in paths}:
             shutil.rmtree(directory, ignore_errors=True)
 

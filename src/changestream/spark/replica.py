@@ -235,6 +235,26 @@ class DeltaReplica:
         columns.append(pa.array([e.is_deleted for e in events], pa.bool_()))
         return pa.Table.from_arrays(columns, schema=self.schema)
 
+    def maintain(self, vacuum_retention_hours: float) -> dict[str, int]:
+        """Compact the table's small files into larger ones, then delete the files no version
+        newer than ``vacuum_retention_hours`` needs (readers of older versions lose them).
+        Returns how many files compaction removed and added and vacuum deleted."""
+        try:
+            delta = DeltaTable(str(self.path))
+        except TableNotFoundError:
+            return {"removed": 0, "added": 0, "vacuumed": 0}
+        metrics = delta.optimize.compact()
+        vacuumed = delta.vacuum(
+            retention_hours=int(vacuum_retention_hours),
+            dry_run=False,
+            enforce_retention_duration=False,
+        )
+        return {
+            "removed": int(metrics.get("numFilesRemoved", 0)),
+            "added": int(metrics.get("numFilesAdded", 0)),
+            "vacuumed": len(vacuumed),
+        }
+
     def read_rows(self) -> list[tuple[Any, ...]]:
         """The replica's live rows in the source's column order and value representation
         (as ``Database.read`` returns them), in the source's key order."""
