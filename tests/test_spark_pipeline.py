@@ -20,6 +20,8 @@ import pytest
 
 pytest.importorskip("pyspark")
 
+from deltalake import DeltaTable
+
 import changestream
 from changestream.clock import now_us
 from changestream.datastream import StreamCatalog, StreamDefinition
@@ -297,7 +299,7 @@ def test_a_trickle_makes_a_few_files_per_rotation_interval_not_one_per_batch(
     path = str(tmp_path / "source.db")
     _create_items(path, rows=0)
     _stream(path, tmp_path, backfill="none", file_rotation_interval=2.0)
-    options = PipelineOptions(trigger_seconds=0.2, poll_seconds=0.2)
+    options = PipelineOptions(trigger_seconds=0.2, poll_seconds=0.2, compact_every=3)
     runner = threading.Thread(target=Pipeline("s1", path, options, spark=spark).run, daemon=True)
     runner.start()
     with changestream.open(path) as db:
@@ -327,6 +329,10 @@ def test_a_trickle_makes_a_few_files_per_rotation_interval_not_one_per_batch(
     # one per micro-batch.
     assert 2 <= len(files) <= seconds / 2 + 2, (len(files), batches)
     assert len(files) < batches
+    # The replica is compacted every third MERGE, and still equals the source.
+    history = DeltaTable(str(tmp_path / "replica" / "source_Items")).history()
+    assert any(entry["operation"] == "OPTIMIZE" for entry in history)
+    assert _replica_rows(tmp_path / "replica", path, "Items") == _source_rows(path)
 
 
 def _java_processes(group: int) -> list[int]:
