@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from changestream.spark.frontier import Frontier, advance, ranges
+from changestream.spark.frontier import Frontier, ReadRange, advance, ranges
+from changestream.spark.planning import group
 
 
 @dataclass
@@ -121,3 +122,16 @@ def test_a_stored_offset_of_another_version_is_refused() -> None:
     offset["version"] = 99
     with pytest.raises(InvalidArgument, match="new checkpoint"):
         Frontier.from_offset(offset)
+
+
+def test_group_cuts_ranges_by_time_to_fill_every_task() -> None:
+    reads = [ReadRange("a", 10, 109), ReadRange("b", 5, 5)]
+    groups = group(reads, 4)
+    assert len(groups) == 4
+    pieces = [r for g in groups for r in g]
+    # Every timestamp of every partition is read by exactly one piece.
+    covered = sorted((r.token, ts) for r in pieces for ts in range(r.start, r.end + 1))
+    assert covered == sorted([("a", ts) for ts in range(10, 110)] + [("b", 5)])
+    assert group(reads, 4) == groups  # planning stays a pure function
+    assert group([ReadRange("c", 7, 7)], 4) == [[ReadRange("c", 7, 7)]]  # nothing to cut
+    assert group([], 4) == []

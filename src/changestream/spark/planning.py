@@ -116,7 +116,21 @@ def batch_ranges(db: Database, stream: str, start: int, end: int) -> list[ReadRa
 
 
 def group(reads: Sequence[ReadRange], groups: int) -> list[list[ReadRange]]:
-    """At most ``groups`` lists of ranges, round-robin so big and small mix."""
+    """At most ``groups`` lists of ranges, round-robin so big and small mix. With fewer
+    ranges than groups, the longest are first cut in two by time (a range's records are
+    still each read once, by one of its halves), so a micro-batch of one busy partition
+    keeps every task slot busy."""
+    reads = list(reads)
+    while 0 < len(reads) < groups:
+        longest = max(reads, key=lambda r: (r.end - r.start, r.token, r.start))
+        if longest.end - longest.start < 1:
+            break
+        middle = longest.start + (longest.end - longest.start) // 2
+        at = reads.index(longest)
+        reads[at : at + 1] = [
+            ReadRange(longest.token, longest.start, middle),
+            ReadRange(longest.token, middle + 1, longest.end),
+        ]
     buckets: list[list[ReadRange]] = [[] for _ in range(min(groups, len(reads)))]
     for index, read in enumerate(reads):
         buckets[index % len(buckets)].append(read)
