@@ -2,13 +2,18 @@
 
 With this directory on ``PYTHONPATH`` and ``CHANGESTREAM_FAULT=drop-every-10th``, every change
 stream read (embedded, server, watch(), Stream Client, Spark workers: every process started with
-this environment) drops every tenth data change record of each partition query. Without the
-variable it does nothing. The benchmarks' own checks must then fail.
+this environment) drops every tenth data change record of each partition query. With
+``CHANGESTREAM_FAULT=drop-every-10th-in-children`` the first process is spared and only the
+processes it starts drop records (so an in-process baseline stays right and a Spark read does
+not). Without the variable it does nothing. The benchmarks' own checks must then fail.
 """
 
 import os
 
-if os.environ.get("CHANGESTREAM_FAULT") == "drop-every-10th":
+_MODE = os.environ.get("CHANGESTREAM_FAULT")
+if _MODE == "drop-every-10th-in-children" and "CHANGESTREAM_FAULT_SPARED" not in os.environ:
+    os.environ["CHANGESTREAM_FAULT_SPARED"] = str(os.getpid())
+elif _MODE in ("drop-every-10th", "drop-every-10th-in-children"):
     from changestream.streams import read as _read
 
     _original = _read.ChangeStreamReader._partition
