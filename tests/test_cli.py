@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import decimal
 import signal
@@ -17,6 +18,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 import changestream
+from changestream import ChildPartitionsRecord
 from changestream.cli import main
 from changestream.clock import format_ts, now_us, parse_ts
 
@@ -385,6 +387,29 @@ def test_demo_runs_end_to_end(tmp_path: Path) -> None:
     assert "heartbeat_record" in tail
     assert "data_change_record" in tail
     assert path.exists()
+    # The merge's claim, checked here rather than on the demo's word: each parent, read to its
+    # end, announces the same child partitions record naming the merged partition.
+    with changestream.open(str(path)) as db:
+        history = db.partition_history("AccountBalanceStream")
+        (merged,) = [p for p in history if len(p.parent_tokens) == 2]
+        starts = {p.token: p.start_timestamp for p in history}
+        announced = [
+            [
+                r
+                for r in db.read_change_stream(
+                    "AccountBalanceStream", starts[parent], None, parent, 1000
+                )
+                if isinstance(r, ChildPartitionsRecord)
+            ]
+            for parent in merged.parent_tokens
+        ]
+    # The same record apart from which parent's query it came from.
+    assert [dataclasses.replace(r, partition_token="") for r in announced[0]] == [
+        dataclasses.replace(r, partition_token="") for r in announced[1]
+    ]
+    (record,) = announced[0]
+    assert [c.token for c in record.child_partitions] == [merged.token]
+    assert record.start_timestamp == merged.start_timestamp
     again = run("demo", "--path", str(path))
     assert again.exit_code == 2
     assert "exists" in again.stderr
