@@ -472,8 +472,11 @@ def test_a_restarted_group_resumes_after_its_checkpoints(
     # A new worker of the same group: start_timestamp only applies to a new group.
     with running(client(db, created, "w2", lambda: Recorder(log, "w2"))):
         wait_for("the new mod", lambda: log.count() == 3)
-        time.sleep(TIMEOUT)  # room for a wrongly repeated delivery to show up
-    assert log.mods == [("w1", 1, 1), ("w1", 2, 1), ("w2", 1, 2)]
+        # A marker committed last, in the same partition: records come in commit order, so a
+        # wrongly repeated delivery of the first mods would have come before it.
+        write(db, [[3, 1]])
+        wait_for("the marker", lambda: ("w2", 3, 1) in log.mods)
+    assert log.mods == [("w1", 1, 1), ("w1", 2, 1), ("w2", 1, 2), ("w2", 3, 1)]
 
 
 def test_children_wait_until_every_parent_is_finished(acc: tuple[EmbeddedDatabase, int]) -> None:
