@@ -19,8 +19,10 @@ one process, following the lineage from the initial query (one partition after a
 
 Every timed run checks what it read, inside the same Spark job (``DataFrame.observe``, so the
 noop sink cannot hide a short read): the number of rows and the count, sum and sum of squares of
-the keys of every mod must equal those of the keys written. (The streaming runs are not checked
-this way yet.)
+the keys of every mod must equal those of the keys written. The streaming runs check that the
+unique records received (by partition, commit timestamp and sequence) carry exactly the keys the
+writer committed; the foreachBatch sink collects their identity and keys with the commit
+timestamps, so its latency includes carrying them.
 
 Streaming: a query (one row per record, 1-second trigger) whose ``foreachBatch`` records, for
 each row, the time after the batch was collected minus its commit timestamp, while a writer
@@ -240,6 +242,7 @@ class Writer:
     def __init__(self, path: str, rate: float, rows: int, seconds: float, keys: int) -> None:
         self.path, self.rate, self.rows, self.seconds = path, rate, rows, seconds
         self.keys = keys
+        self.written: list[int] = []
         self.transactions = 0
         self.last_commit = 0
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -258,11 +261,11 @@ class Writer:
         with changestream.open(self.path) as db:
             began = time.monotonic()
             while time.monotonic() - began < self.seconds:
-                rows = [
-                    [rng.randrange(self.keys), "streaming", i, "express"] for i in range(self.rows)
-                ]
+                keys = rng.sample(range(self.keys), self.rows)
+                rows = [[key, "streaming", i, "express"] for i, key in enumerate(keys)]
                 with db.transaction() as tx:
                     tx.insert_or_update("Orders", COLUMNS, rows)
+                self.written += keys
                 self.transactions += 1
                 pause = began + self.transactions / self.rate - time.monotonic()
                 if pause > 0:
@@ -291,17 +294,25 @@ def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
 
 
 def streaming_spark(args: argparse.Namespace, spark: Any, path: str, tmp: Path) -> dict[str, Any]:
+    from pyspark.sql import functions as F
+
     latencies: list[float] = []
     seen: list[int] = []
     batches: list[float] = []
+    received: dict[tuple[str, int, str], list[str]] = {}
 
     def sink(frame: Any, batch_id: int) -> None:
         began = time.perf_counter()
-        stamps = frame.select("commit_timestamp").toArrow().column(0).cast("int64").to_pylist()
+        columns = ["commit_timestamp", "partition_token", "record_sequence"]
+        table = frame.select(*columns, F.col("mods.keys").alias("keys")).toArrow()
         arrived = now_us()
+        stamps = table.column(0).cast("int64").to_pylist()
         latencies.extend((arrived - ts) / 1000 for ts in stamps)
         seen.extend(stamps)
         batches.append(time.perf_counter() - began)
+        tokens, sequences, keys = (table.column(i).to_pylist() for i in (1, 2, 3))
+        for identity in zip(tokens, stamps, sequences, keys, strict=True):
+            received[identity[:3]] = identity[3]
 
     with changestream.open(path) as db:
         start = db.last_commit_ts() + 1
@@ -325,6 +336,8 @@ def streaming_spark(args: argparse.Namespace, spark: Any, path: str, tmp: Path) 
         progress = list(query.recentProgress)
     finally:
         query.stop()
+    keys = [json.loads(k)["OrderId"] for ks in received.values() for k in ks]
+    expect("streaming: keys of the unique records received", sorted(keys), sorted(writer.written))
     durations = [p["batchDuration"] for p in progress if p.get("numInputRows")]
     return {
         "transactions": writer.transactions,
@@ -339,6 +352,7 @@ def streaming_baseline(args: argparse.Namespace, path: str) -> dict[str, Any]:
     """The same writer, read by a loop that wakes every second and reads every partition
     from where it left off up to now, through the read function."""
     latencies: list[float] = []
+    keys: list[int] = []
     with changestream.open(path) as db:
         last = db.last_commit_ts()
         tokens = [p.token for p in db.partitions(STREAM)]
@@ -350,16 +364,19 @@ def streaming_baseline(args: argparse.Namespace, path: str) -> dict[str, Any]:
             time.sleep(max(0.0, tick - time.monotonic()))
             done = not writer.is_alive()
             until = now_us()
-            stamps = []
-            for token in tokens:
-                for record in db.read_change_stream(STREAM, last + 1, until, token, 10_000):
-                    if isinstance(record, DataChangeRecord):
-                        stamps.append(record.commit_timestamp)
+            records = [
+                record
+                for token in tokens
+                for record in db.read_change_stream(STREAM, last + 1, until, token, 10_000)
+                if isinstance(record, DataChangeRecord)
+            ]
             arrived = now_us()
-            latencies.extend((arrived - ts) / 1000 for ts in stamps)
+            latencies.extend((arrived - r.commit_timestamp) / 1000 for r in records)
+            keys += [mod.keys["OrderId"] for r in records for mod in r.mods]
             last = until
             if done and last >= writer.last_commit:
                 break
+    expect("streaming baseline: keys read", sorted(keys), sorted(writer.written))
     return {"transactions": writer.transactions, **percentiles(latencies)}
 
 
