@@ -8,6 +8,10 @@ Runs ``changestream serve`` in a subprocess on a copy-free second database file 
 - commit-to-reader latency (commit timestamp to the record reaching the reader) with 1 and 32
   concurrent readers tailing the partition, p50 and p99, remote and embedded.
 
+Every read checks its record count against the transactions committed, and every latency run
+that each reader received each commit once. Goals: 32 readers p99 ≤ 15 ms embedded and ≤ 25 ms
+remote (issue 21); remote streaming reads ≥ 0.5 of embedded (issue 9).
+
 Prints one JSON line; ratios are remote over embedded (throughput: higher is better).
 """
 
@@ -31,6 +35,7 @@ import httpx
 import changestream
 from changestream import DataChangeRecord
 from changestream.clock import now_us, parse_ts
+from checks import expect, goal, goals
 
 STREAM = "OrdersStream"
 DDL = [
@@ -76,10 +81,12 @@ def latencies(
     first_key: int,
     own_readers: bool,
 ) -> list[float]:
-    """Milliseconds from each commit to each reader receiving its record."""
+    """Milliseconds from each commit to each reader receiving its record; fails unless every
+    reader received every commit once."""
     token = writer.partitions(STREAM)[0].token
     start = now_us()
     samples: list[float] = []
+    received: list[int] = []
     lock = threading.Lock()
     ready = threading.Barrier(readers + 1)
 
@@ -93,6 +100,7 @@ def latencies(
                 delay = (now_us() - record.commit_timestamp) / 1000
                 with lock:
                     samples.append(delay)
+                    received.extend(mod.keys["OrderId"] for mod in record.mods)
                 seen += 1
                 if seen == commits:
                     break
@@ -108,8 +116,11 @@ def latencies(
         with writer.transaction() as tx:
             tx.insert("Orders", COLUMNS, rows(first_key + i, 1))
         time.sleep(1 / rate)
+    deadline = time.monotonic() + 60
     for thread in threads:
-        thread.join(60)
+        thread.join(max(deadline - time.monotonic(), 0))
+    expected = sorted(k for k in range(first_key, first_key + commits) for _ in range(readers))
+    expect(f"keys {readers} readers received", sorted(received), expected)
     return samples
 
 
@@ -183,7 +194,8 @@ def main() -> None:
                 "commit_ratio": round(rates["remote"] / rates["embedded"], 3),
             }
             reads = {n: read_rate(db, created[n], ends[n], tokens[n]) for n, db in dbs.items()}
-            assert reads["embedded"][1] == reads["remote"][1] == args.transactions
+            for name, (_, count) in reads.items():
+                expect(f"{name} 100-mod records read", count, args.transactions)
             small_ends = {
                 name: commit_rate(db, args.small, 1, 10_000_000)[1]
                 for name, db in (("embedded", local), ("remote", served))
@@ -191,7 +203,8 @@ def main() -> None:
             small = {
                 n: read_rate(db, ends[n] + 1, small_ends[n], tokens[n]) for n, db in dbs.items()
             }
-            assert small["embedded"][1] == small["remote"][1] == args.small
+            for name, (_, count) in small.items():
+                expect(f"{name} 1-mod records read", count, args.small)
             for label, found in (("100_mod", reads), ("1_mod", small)):
                 result |= {
                     f"read_{label}_records_embedded_per_s": round(found["embedded"][0]),
@@ -206,11 +219,27 @@ def main() -> None:
                 ):
                     samples = latencies(opener, writer, readers, args.latency_commits, 50, key, own)
                     key += args.latency_commits
-                    assert len(samples) == readers * args.latency_commits
                     result[f"latency_ms_{name}_{readers}_readers_p50"] = percentile(samples, 50)
                     result[f"latency_ms_{name}_{readers}_readers_p99"] = percentile(samples, 99)
             for db in (local, served, remote):
                 db.close()
+            goals(
+                result,
+                [
+                    goal(
+                        f"latency_ms_{name}_32_readers_p99",
+                        result[f"latency_ms_{name}_32_readers_p99"],
+                        "<=",
+                        limit,
+                        "issue 21",
+                    )
+                    for name, limit in (("embedded", 15), ("remote", 25))
+                ]
+                + [
+                    goal(f"read_{label}_ratio", result[f"read_{label}_ratio"], ">=", 0.5, "issue 9")
+                    for label in ("100_mod", "1_mod")
+                ],
+            )
             print(json.dumps(result))
         finally:
             server.send_signal(signal.SIGTERM)

@@ -17,6 +17,13 @@ Batch, on ``--master`` (default ``local[2]``), best of ``--repeats``:
 Baseline, measured in the same run: the same records read with ``db.read_change_stream`` in this
 one process, following the lineage from the initial query (one partition after another).
 
+Every timed run checks what it read, inside the same Spark job (``DataFrame.observe``, so the
+noop sink cannot hide a short read): the number of rows and the count, sum and sum of squares of
+the keys of every mod must equal those of the keys written. The streaming runs check that the
+unique records received (by partition, commit timestamp and sequence) carry exactly the keys the
+writer committed; the foreachBatch sink collects their identity and keys with the commit
+timestamps, so its latency includes carrying them.
+
 Streaming: a query (one row per record, 1-second trigger) whose ``foreachBatch`` records, for
 each row, the time after the batch was collected minus its commit timestamp, while a writer
 thread commits ``--rate`` small transactions per second for ``--seconds``. Baseline, measured in
@@ -44,6 +51,7 @@ from typing import Any
 import changestream
 from changestream import ChildPartitionsRecord, DataChangeRecord
 from changestream.clock import format_ts, now_us
+from checks import expect, goals, key_checksum
 
 log = logging.getLogger("spark_read")
 
@@ -58,9 +66,9 @@ COLUMNS = ["OrderId", "Customer", "Amount", "Note"]
 
 def load(
     db: changestream.EmbeddedDatabase, transactions: int, partitions: int
-) -> tuple[int, int, float]:
+) -> tuple[int, int, float, tuple[int, int, int]]:
     """Create the table, split it, create the stream and commit the transactions; returns
-    (start, end, seconds of the load)."""
+    (start, end, seconds of the load, checksum of the keys written)."""
     db.set_split_policy(enabled=False)
     db.execute_ddl([DDL, f"CREATE CHANGE STREAM {STREAM} FOR Orders"])
     span = -(-transactions // partitions) * ROWS_PER_TXN
@@ -80,7 +88,13 @@ def load(
             tx.insert("Orders", COLUMNS, rows)
         if t and t % 2000 == 0:
             log.info("loaded %d of %d transactions", t, transactions)
-    return start, db.last_commit_ts(), time.perf_counter() - began
+    load_s = time.perf_counter() - began
+    keys = key_checksum(
+        (t % partitions) * span + (t // partitions) * ROWS_PER_TXN + i
+        for t in range(transactions)
+        for i in range(ROWS_PER_TXN)
+    )
+    return start, db.last_commit_ts(), load_s, keys
 
 
 def read_lineage(db: changestream.EmbeddedDatabase, start: int, end: int) -> tuple[int, int]:
@@ -114,24 +128,52 @@ def read_lineage(db: changestream.EmbeddedDatabase, start: int, end: int) -> tup
     return records, mods
 
 
-def best(run: Callable[[], int], expected: int, repeats: int, what: str) -> float:
+def best(run: Callable[[], object], expected: object, repeats: int, what: str) -> float:
     """The fastest of ``repeats`` runs of ``run``, which must return ``expected``."""
     times = []
     for _ in range(repeats):
         began = time.perf_counter()
         got = run()
         times.append(time.perf_counter() - began)
-        if got != expected:
-            raise SystemExit(f"{what}: got {got}, expected {expected}")
+        expect(what, got, expected)
         log.info("%s: %.2fs", what, times[-1])
     return min(times)
+
+
+def observed(frame: Any, row_per_mod: bool) -> tuple[Any, Any]:
+    """``frame`` with an observation of (rows, key count, key sum, key sum of squares)."""
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    def key(keys: Any) -> Any:
+        return F.get_json_object(keys, "$.OrderId").cast("long")
+
+    if row_per_mod:
+        k = key(F.col("keys"))
+        sums = (F.count(k), F.sum(k), F.sum(k * k))
+    else:
+
+        def total(fn: Callable[[Any], Any]) -> Any:
+            zero = F.lit(0).cast("long")
+            return F.sum(F.aggregate("mods", zero, lambda acc, m: acc + fn(key(m["keys"]))))
+
+        sums = (total(lambda _: F.lit(1)), total(lambda k: k), total(lambda k: k * k))
+    observation = Observation("check")
+    metrics = [F.count(F.lit(1)).alias("rows")]
+    metrics += [s.alias(name) for s, name in zip(sums, ("n", "sum", "squares"), strict=True)]
+    return frame.observe(observation, *metrics), observation
+
+
+def outcome(observation: Any) -> tuple[int, tuple[int, int, int]]:
+    got = observation.get
+    return got["rows"], (got["n"], got["sum"], got["squares"])
 
 
 def batch(args: argparse.Namespace, spark: Any, path: str) -> dict[str, Any]:
     transactions = max(args.mods // ROWS_PER_TXN, 1)
     mods = transactions * ROWS_PER_TXN
     with changestream.open(path) as db:
-        start, end, load_s = load(db, transactions, args.partitions)
+        start, end, load_s, keys = load(db, transactions, args.partitions)
         log.info("loaded %d mods in %.1fs", mods, load_s)
         baseline_s = best(
             lambda: read_lineage(db, start, end)[0], transactions, args.repeats, "baseline"
@@ -150,16 +192,23 @@ def batch(args: argparse.Namespace, spark: Any, path: str) -> dict[str, Any]:
             .load()
         )
 
-    def noop(row_per_mod: bool) -> int:
-        frame(row_per_mod).write.format("noop").mode("overwrite").save()
-        return transactions if not row_per_mod else mods
+    def count() -> tuple[int, tuple[int, int, int]]:
+        checked, observation = observed(frame(False), False)
+        rows = checked.count()
+        expect("spark count: count() against observed rows", rows, outcome(observation)[0])
+        return outcome(observation)
+
+    def noop(row_per_mod: bool) -> tuple[int, tuple[int, int, int]]:
+        checked, observation = observed(frame(row_per_mod), row_per_mod)
+        checked.write.format("noop").mode("overwrite").save()
+        return outcome(observation)
 
     # Warm-up: JVM code paths and the Python workers (reused across tasks).
     frame(False).limit(1).collect()
     input_partitions = frame(False).rdd.getNumPartitions()
-    count_s = best(lambda: frame(False).count(), transactions, args.repeats, "spark count")
-    noop_s = best(lambda: noop(False), transactions, args.repeats, "spark noop")
-    per_mod_s = best(lambda: noop(True), mods, args.repeats, "spark rowPerMod noop")
+    count_s = best(count, (transactions, keys), args.repeats, "spark count")
+    noop_s = best(lambda: noop(False), (transactions, keys), args.repeats, "spark noop")
+    per_mod_s = best(lambda: noop(True), (mods, keys), args.repeats, "spark rowPerMod noop")
     return {
         "mods": mods,
         "records": transactions,
@@ -193,6 +242,7 @@ class Writer:
     def __init__(self, path: str, rate: float, rows: int, seconds: float, keys: int) -> None:
         self.path, self.rate, self.rows, self.seconds = path, rate, rows, seconds
         self.keys = keys
+        self.written: list[int] = []
         self.transactions = 0
         self.last_commit = 0
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -211,11 +261,11 @@ class Writer:
         with changestream.open(self.path) as db:
             began = time.monotonic()
             while time.monotonic() - began < self.seconds:
-                rows = [
-                    [rng.randrange(self.keys), "streaming", i, "express"] for i in range(self.rows)
-                ]
+                keys = rng.sample(range(self.keys), self.rows)
+                rows = [[key, "streaming", i, "express"] for i, key in enumerate(keys)]
                 with db.transaction() as tx:
                     tx.insert_or_update("Orders", COLUMNS, rows)
+                self.written += keys
                 self.transactions += 1
                 pause = began + self.transactions / self.rate - time.monotonic()
                 if pause > 0:
@@ -244,17 +294,25 @@ def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
 
 
 def streaming_spark(args: argparse.Namespace, spark: Any, path: str, tmp: Path) -> dict[str, Any]:
+    from pyspark.sql import functions as F
+
     latencies: list[float] = []
     seen: list[int] = []
     batches: list[float] = []
+    received: dict[tuple[str, int, str], list[str]] = {}
 
     def sink(frame: Any, batch_id: int) -> None:
         began = time.perf_counter()
-        stamps = frame.select("commit_timestamp").toArrow().column(0).cast("int64").to_pylist()
+        columns = ["commit_timestamp", "partition_token", "record_sequence"]
+        table = frame.select(*columns, F.col("mods.keys").alias("keys")).toArrow()
         arrived = now_us()
+        stamps = table.column(0).cast("int64").to_pylist()
         latencies.extend((arrived - ts) / 1000 for ts in stamps)
         seen.extend(stamps)
         batches.append(time.perf_counter() - began)
+        tokens, sequences, keys = (table.column(i).to_pylist() for i in (1, 2, 3))
+        for identity in zip(tokens, stamps, sequences, keys, strict=True):
+            received[identity[:3]] = identity[3]
 
     with changestream.open(path) as db:
         start = db.last_commit_ts() + 1
@@ -278,6 +336,8 @@ def streaming_spark(args: argparse.Namespace, spark: Any, path: str, tmp: Path) 
         progress = list(query.recentProgress)
     finally:
         query.stop()
+    keys = [json.loads(k)["OrderId"] for ks in received.values() for k in ks]
+    expect("streaming: keys of the unique records received", sorted(keys), sorted(writer.written))
     durations = [p["batchDuration"] for p in progress if p.get("numInputRows")]
     return {
         "transactions": writer.transactions,
@@ -292,6 +352,7 @@ def streaming_baseline(args: argparse.Namespace, path: str) -> dict[str, Any]:
     """The same writer, read by a loop that wakes every second and reads every partition
     from where it left off up to now, through the read function."""
     latencies: list[float] = []
+    keys: list[int] = []
     with changestream.open(path) as db:
         last = db.last_commit_ts()
         tokens = [p.token for p in db.partitions(STREAM)]
@@ -303,16 +364,19 @@ def streaming_baseline(args: argparse.Namespace, path: str) -> dict[str, Any]:
             time.sleep(max(0.0, tick - time.monotonic()))
             done = not writer.is_alive()
             until = now_us()
-            stamps = []
-            for token in tokens:
-                for record in db.read_change_stream(STREAM, last + 1, until, token, 10_000):
-                    if isinstance(record, DataChangeRecord):
-                        stamps.append(record.commit_timestamp)
+            records = [
+                record
+                for token in tokens
+                for record in db.read_change_stream(STREAM, last + 1, until, token, 10_000)
+                if isinstance(record, DataChangeRecord)
+            ]
             arrived = now_us()
-            latencies.extend((arrived - ts) / 1000 for ts in stamps)
+            latencies.extend((arrived - r.commit_timestamp) / 1000 for r in records)
+            keys += [mod.keys["OrderId"] for r in records for mod in r.mods]
             last = until
             if done and last >= writer.last_commit:
                 break
+    expect("streaming baseline: keys read", sorted(keys), sorted(writer.written))
     return {"transactions": writer.transactions, **percentiles(latencies)}
 
 
@@ -360,6 +424,7 @@ def main() -> None:
                 }
         finally:
             spark.stop()
+    goals(result, [])
     print(json.dumps(result))
 
 

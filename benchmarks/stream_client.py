@@ -12,7 +12,10 @@ time until its leases are owned elsewhere is measured, as are the records delive
 
 Workers are this script run with ``--worker``; each writes ``<partition> <ts> <seq>`` per
 record it processed (flushed before checkpointing) and ``C <partition>`` after each
-checkpoint.
+checkpoint. Every run counts unique records, not lines, and checks their number against what
+was written: one record per partition and mod type each transaction touched, worked out from
+the keys and the split points. Goal (issue 21): 1 worker
+≥ 0.7 of the one-reader baseline.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ import changestream
 from changestream import DataChangeRecord
 from changestream.client import Checkpointer, RecordProcessor, StreamClient
 from changestream.client.lease_table import PARTITION_LEASE
+from checks import expect, goal, goals
 
 STREAM = "OrdersStream"
 PARTITIONS = 16
@@ -76,8 +80,22 @@ def worker_main(args: argparse.Namespace) -> None:
         ).run()
 
 
-def load(path: str, transactions: int) -> tuple[int, int]:
-    """The table, a 16-partition stream and the backlog; returns (stream creation, records)."""
+class Written:
+    """What a writer committed: the records it must make (one per partition and
+    mod type a transaction touched), worked out from the split points, not by reading."""
+
+    def __init__(self, existing: set[int]) -> None:
+        self.existing = existing
+        self.records = 0
+
+    def add(self, keys: list[int]) -> None:
+        self.records += len({(k // (KEYS // PARTITIONS), k in self.existing) for k in keys})
+        self.existing.update(keys)
+
+
+def load(path: str, transactions: int) -> tuple[int, Written]:
+    """The table, a 16-partition stream and the backlog; returns (stream creation, writes)."""
+    written = Written(set())
     with changestream.open(path) as db:
         db.set_split_policy(enabled=False)
         db.execute_ddl(
@@ -93,15 +111,11 @@ def load(path: str, transactions: int) -> tuple[int, int]:
             keys = rng.sample(range(KEYS), 4)
             with db.transaction() as tx:
                 tx.insert_or_update("Orders", COLUMNS, [[k, t, "standard"] for k in keys])
-        records = 0
-        end = db.last_commit_ts()
-        for partition in db.partitions(STREAM):
-            for record in db.read_change_stream(STREAM, created, end, partition.token, 10_000):
-                records += isinstance(record, DataChangeRecord)
-    return created, records
+            written.add(keys)
+    return created, written
 
 
-def baseline(path: str, created: int) -> float:
+def baseline(path: str, created: int, written: Written) -> float:
     """Records/s reading every partition with the read function in one process."""
     with changestream.open(path) as db:
         end = db.last_commit_ts()
@@ -110,7 +124,9 @@ def baseline(path: str, created: int) -> float:
         for partition in db.partitions(STREAM):
             for record in db.read_change_stream(STREAM, created, end, partition.token, 10_000):
                 count += isinstance(record, DataChangeRecord)
-        return count / (time.perf_counter() - started)
+        elapsed = time.perf_counter() - started
+    expect("baseline records", count, written.records)
+    return count / elapsed
 
 
 def spawn(
@@ -122,21 +138,28 @@ def spawn(
 
 
 def processed(outs: list[Path]) -> list[str]:
+    """Every complete record line of the workers' files (a line cut short by a kill is not)."""
     lines: list[str] = []
     for out in outs:
         if out.exists():
-            lines += [ln for ln in out.read_text().split("\n") if ln and not ln.startswith("C ")]
+            complete = out.read_text().split("\n")[:-1]
+            lines += [ln for ln in complete if not ln.startswith("C ")]
     return lines
 
 
-class LineCounter:
-    """Counts record lines of growing files reading only what was appended, so polling
+def check_unique(what: str, lines: list[str], written: Written) -> None:
+    """As many unique records among ``lines`` as ``written`` made."""
+    expect(f"{what}: unique records", len(set(lines)), written.records)
+
+
+class RecordCounter:
+    """Counts unique record lines of growing files reading only what was appended, so polling
     does not take CPU from the workers being measured."""
 
     def __init__(self, outs: list[Path]) -> None:
         self._outs = outs
         self._offsets = [0] * len(outs)
-        self._records = 0
+        self._records: set[bytes] = set()
 
     def count(self) -> int:
         for i, out in enumerate(self._outs):
@@ -147,8 +170,8 @@ class LineCounter:
                 chunk = f.read()
             whole = chunk[: chunk.rfind(b"\n") + 1]
             self._offsets[i] += len(whole)
-            self._records += whole.count(b"\n") - whole.count(b"C ")
-        return self._records
+            self._records.update(ln for ln in whole.split(b"\n") if ln and ln[:2] != b"C ")
+        return len(self._records)
 
 
 def stop(procs: list[subprocess.Popen[bytes]]) -> None:
@@ -163,10 +186,12 @@ def stop(procs: list[subprocess.Popen[bytes]]) -> None:
 
 
 def throughput(
-    path: str, tmp: Path, created: int, records: int, workers: int, work_us: int
+    path: str, tmp: Path, created: int, written: Written, workers: int, work_us: int, stall: float
 ) -> tuple[float, float]:
     """(records/s from the first record processed to the last, seconds from the start of
-    the processes to the last record)."""
+    the processes to the last record). Fails if no new record arrives for ``stall`` seconds
+    before all have."""
+    records = written.records
     outs = [tmp / f"w{workers}-{i}.txt" for i in range(workers)]
     started = time.perf_counter()
     procs = [
@@ -174,25 +199,32 @@ def throughput(
         for i, out in enumerate(outs)
     ]
     first = None
-    counter = LineCounter(outs)
+    counter = RecordCounter(outs)
+    done, progressed = 0, started
     try:
-        while (done := counter.count()) < records:
-            if first is None and done:
-                first = time.perf_counter()
-            if time.perf_counter() - started > 600:
-                raise SystemExit(f"{workers} workers did not finish within 600 s")
+        while done < records:
+            now = time.perf_counter()
+            if (newly := counter.count()) > done:
+                done, progressed = newly, now
+                first = first or now
+            elif now - progressed > stall:
+                break
             time.sleep(0.02)
         finished = time.perf_counter()
-        return records / (finished - (first or started)), finished - started
     finally:
         stop(procs)
+    check_unique(f"{workers} workers", processed(outs), written)
+    return records / (finished - (first or started)), finished - started
 
 
-def failover(path: str, tmp: Path, lease_timeout: float) -> dict[str, float | int]:
+def failover(
+    path: str, tmp: Path, lease_timeout: float, stall: float, existing: set[int]
+) -> dict[str, float | int]:
     """Two workers on a live stream; SIGKILL one; measure the take-over and duplicates."""
     with changestream.open(path) as db:
-        start = db.last_commit_ts()
+        start = db.last_commit_ts() + 1  # after the backlog's last commit
     halt = threading.Event()
+    written = Written(set(existing))
 
     def write() -> None:
         rng = random.Random(2)
@@ -201,6 +233,7 @@ def failover(path: str, tmp: Path, lease_timeout: float) -> dict[str, float | in
                 with db.transaction() as tx:
                     keys = rng.sample(range(KEYS), 4)
                     tx.insert_or_update("Orders", COLUMNS, [[k, 0, "live"] for k in keys])
+                written.add(keys)
                 time.sleep(0.002)
 
     writer = threading.Thread(target=write, daemon=True)
@@ -240,45 +273,29 @@ def failover(path: str, tmp: Path, lease_timeout: float) -> dict[str, float | in
                 at_risk[line.split(" ")[0]] += 1
         halt.set()
         writer.join()
-        with changestream.open(path) as db:
-            end = db.last_commit_ts()
-            total = sum(
-                isinstance(r, DataChangeRecord)
-                for p in db.partitions(STREAM, at=start)
-                for r in _read_lineage(db, p.token, start, end)
-            )
-        deadline = time.monotonic() + 120
-        while len(set(processed(outs))) < total and time.monotonic() < deadline:
+        counter = RecordCounter(outs)
+        done, progressed = 0, time.monotonic()
+        while done < written.records and time.monotonic() - progressed < stall:
+            if (newly := counter.count()) > done:
+                done, progressed = newly, time.monotonic()
             time.sleep(0.05)
         lines = processed(outs)
+        check_unique("failover", lines, written)
+        duplicates = len(lines) - len(set(lines))
+        if duplicates > sum(at_risk.values()):
+            raise SystemExit(
+                f"check failed: {duplicates} records came twice, but only "
+                f"{sum(at_risk.values())} were processed after the killed worker's checkpoints"
+            )
         return {
             "failover_seconds": round(moved, 2),
-            "duplicates_after_failover": len(lines) - len(set(lines)),
+            "duplicates_after_failover": duplicates,
             "uncheckpointed_when_killed": sum(at_risk.values()),
-            "records_during_failover_run": total,
-            "missing_after_failover": total - len(set(lines)),
+            "records_during_failover_run": written.records,
         }
     finally:
         halt.set()
         stop(procs)
-
-
-def _read_lineage(
-    db: changestream.EmbeddedDatabase, token: str, start: int, end: int
-) -> list[changestream.ChangeRecord]:
-    """Every record from ``token`` and its descendants between ``start`` and ``end``."""
-    out: list[changestream.ChangeRecord] = []
-    queue, seen = [(token, start)], {token}
-    while queue:
-        current, since = queue.pop()
-        for record in db.read_change_stream(STREAM, since, end, current, 10_000):
-            out.append(record)
-            if isinstance(record, changestream.ChildPartitionsRecord):
-                for child in record.child_partitions:
-                    if child.token not in seen:
-                        seen.add(child.token)
-                        queue.append((child.token, record.start_timestamp))
-    return out
 
 
 def main() -> None:
@@ -288,6 +305,9 @@ def main() -> None:
     parser.add_argument("--lease-timeout", type=float, default=2.0, help="for the failover run")
     parser.add_argument("--worker", nargs=4, metavar=("PATH", "GROUP", "ID", "OUT"))
     parser.add_argument("--start", type=int)
+    parser.add_argument(
+        "--stall", type=float, default=60.0, help="fail if no new record arrives for this long"
+    )
     args = parser.parse_args()
     if args.worker:
         args.path, args.group, args.worker_id, args.out = args.worker
@@ -296,14 +316,17 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
         path = str(tmp / "bench.db")
-        created, records = load(path, args.transactions)
-        base = baseline(path, created)
-        runs = {n: throughput(path, tmp, created, records, n, args.work_us) for n in (1, 2, 4)}
+        created, written = load(path, args.transactions)
+        base = baseline(path, created, written)
+        runs = {
+            n: throughput(path, tmp, created, written, n, args.work_us, args.stall)
+            for n in (1, 2, 4)
+        }
         rates = {n: rate for n, (rate, _) in runs.items()}
         result: dict[str, object] = {
             "benchmark": "stream_client",
             "partitions": PARTITIONS,
-            "records": records,
+            "records": written.records,
             "work_us_per_record": args.work_us,
             "cores": os.cpu_count(),
             "baseline_read_function_records_per_s": round(base),
@@ -313,8 +336,10 @@ def main() -> None:
             "scaling_4_vs_1": round(rates[4] / rates[1], 2),
             "client_1_worker_vs_baseline": round(rates[1] / base, 2),
             "lease_timeout_seconds": args.lease_timeout,
-            **failover(path, tmp, args.lease_timeout),
+            **failover(path, tmp, args.lease_timeout, args.stall, written.existing),
         }
+    ratio = result["client_1_worker_vs_baseline"]
+    goals(result, [goal("client_1_worker_vs_baseline", ratio, ">=", 0.7, "issue 21")])
     print(json.dumps(result))
 
 

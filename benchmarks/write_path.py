@@ -1,7 +1,10 @@
 """Write-path benchmark: mods/s committing 100-row transactions.
 
 (a) raw sqlite3 inserts of the same rows, (b) through the Database with no change stream,
-(c) with one change stream tracking the table; in both durability modes. Prints one JSON line.
+(c) with one change stream tracking the table; in both durability modes. After each timed run
+(not timed) the table must hold exactly the keys written and, for (c), the change stream must
+return each of them once. Goals (issue 21): c ≥ 150k mods/s and c/b ≥ 0.67 in both modes.
+Prints one JSON line.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import time
 from collections.abc import Callable
 
 import changestream
+from checks import expect, goal, goals, key_checksum
 
 ROWS_PER_TXN = 100
 DDL = (
@@ -59,11 +63,27 @@ def through_database(
         db.execute_ddl(DDL)
         if stream:
             db.execute_ddl("CREATE CHANGE STREAM OrdersStream FOR Orders")
+        created = db.last_commit_ts()
         started = time.perf_counter()
         for rows in data:
             with db.transaction() as tx:
                 tx.insert("Orders", COLUMNS, rows)
-        return time.perf_counter() - started
+        elapsed = time.perf_counter() - started
+        written = key_checksum(row[0] for rows in data for row in rows)
+        stored = db.execute_sql("SELECT OrderId FROM Orders")
+        expect("keys in the table", key_checksum(row[0] for row in stored), written)
+        if stream:
+            end = db.last_commit_ts()
+            (partition,) = db.partitions("OrdersStream")
+            records = db.read_change_stream("OrdersStream", created, end, partition.token)
+            keys = (
+                mod.keys["OrderId"]
+                for record in records
+                if isinstance(record, changestream.DataChangeRecord)
+                for mod in record.mods
+            )
+            expect("keys the change stream returned", key_checksum(keys), written)
+        return elapsed
 
 
 def best_rate(run: Callable[[str], float], mods: int, repeats: int) -> float:
@@ -86,6 +106,7 @@ def main() -> None:
         "rows_per_transaction": ROWS_PER_TXN,
         "transactions": args.transactions,
     }
+    targets = []
     for durability, synchronous in (("normal", "NORMAL"), ("full", "FULL")):
         a = best_rate(lambda p, s=synchronous: raw_sqlite(p, data, s), mods, args.repeats)
         b = best_rate(
@@ -101,6 +122,17 @@ def main() -> None:
             "b_over_a": round(b / a, 3),
             "c_over_b": round(c / b, 3),
         }
+        targets += [
+            goal(
+                f"{durability} c_database_one_stream_mods_per_s",
+                round(c),
+                ">=",
+                150_000,
+                "issue 21",
+            ),
+            goal(f"{durability} c_over_b", round(c / b, 3), ">=", 0.67, "issue 21"),
+        ]
+    goals(result, targets)
     print(json.dumps(result))
 
 

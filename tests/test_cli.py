@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import decimal
 import signal
@@ -17,6 +18,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 import changestream
+from changestream import ChildPartitionsRecord
 from changestream.cli import main
 from changestream.clock import format_ts, now_us, parse_ts
 
@@ -261,7 +263,24 @@ def test_partitions_tree_after_a_split_and_a_merge(bank: Bank) -> None:
 
     as_json = run("partitions", bank.path, "AccountStream", "--json")
     assert as_json.exit_code == 0, as_json.output
-    assert lines_of(as_json) == [p.to_dict() for p in history]
+    rows = lines_of(as_json)
+    # Checked field by field against the partitions, not against to_dict() (what the CLI prints).
+    assert [row["token"] for row in rows] == [p.token for p in history]
+    for row, partition in zip(rows, history, strict=True):
+        assert parse_ts(row["start_timestamp"]) == partition.start_timestamp
+        end = row["end_timestamp"]
+        assert (end and parse_ts(end)) == partition.end_timestamp
+        assert (row["start_key"], row["end_key"]) == (partition.start_key, partition.end_key)
+        assert row["parent_tokens"] == list(partition.parent_tokens)
+        assert row["child_tokens"] == list(partition.child_tokens)
+        assert row["write_rate"] >= 0
+    # One root; the one merge made the only partition with two parents.
+    parents = [len(row["parent_tokens"]) for row in rows]
+    assert (parents.count(0), parents.count(2), parents.count(1)) == (1, 1, len(rows) - 2)
+    by_token = {row["token"]: row for row in rows}
+    for row in rows:
+        for child in row["child_tokens"]:
+            assert row["token"] in by_token[child]["parent_tokens"]
 
     now = run("partitions", bank.path, "AccountStream", "--at", format_ts(now_us()), "--json")
     assert [p["token"] for p in lines_of(now)] == [p.token for p in live]
@@ -368,6 +387,29 @@ def test_demo_runs_end_to_end(tmp_path: Path) -> None:
     assert "heartbeat_record" in tail
     assert "data_change_record" in tail
     assert path.exists()
+    # The merge's claim, checked here rather than on the demo's word: each parent, read to its
+    # end, announces the same child partitions record naming the merged partition.
+    with changestream.open(str(path)) as db:
+        history = db.partition_history("AccountBalanceStream")
+        (merged,) = [p for p in history if len(p.parent_tokens) == 2]
+        starts = {p.token: p.start_timestamp for p in history}
+        announced = [
+            [
+                r
+                for r in db.read_change_stream(
+                    "AccountBalanceStream", starts[parent], None, parent, 1000
+                )
+                if isinstance(r, ChildPartitionsRecord)
+            ]
+            for parent in merged.parent_tokens
+        ]
+    # The same record apart from which parent's query it came from.
+    assert [dataclasses.replace(r, partition_token="") for r in announced[0]] == [
+        dataclasses.replace(r, partition_token="") for r in announced[1]
+    ]
+    (record,) = announced[0]
+    assert [c.token for c in record.child_partitions] == [merged.token]
+    assert record.start_timestamp == merged.start_timestamp
     again = run("demo", "--path", str(path))
     assert again.exit_code == 2
     assert "exists" in again.stderr

@@ -352,22 +352,45 @@ def test_checkpoints_move_forward_within_what_was_delivered(
     assert outcomes[3] == "at True"
 
 
-def test_automatic_checkpoints_every_n_records(acc: tuple[EmbeddedDatabase, int]) -> None:
+class CheckpointWatcher(RecordProcessor):
+    """Notes, at the start of each batch, the checkpoint stored in the lease table; never
+    checkpoints itself."""
+
+    def __init__(self, db: EmbeddedDatabase, seen: list[str]) -> None:
+        self.db = db
+        self.seen = seen
+
+    def process_records(self, records: list[DataChangeRecord], checkpointer: Checkpointer) -> None:
+        (row,) = partition_rows(self.db)
+        self.seen.append(row.checkpoint)
+
+
+@pytest.mark.parametrize(
+    ("options", "changes_at"),
+    [
+        # After every 4th one-record batch: the 5th and the 9th batch see a new checkpoint.
+        ({"checkpoint_every_records": 4}, [4, 8]),
+        # Due after each batch: every batch sees the previous one's checkpoint.
+        ({"checkpoint_every_seconds": 1e-6}, list(range(1, 10))),
+        # An hour is never due here: no automatic checkpoint at all.
+        ({"checkpoint_every_seconds": 3600.0}, []),
+    ],
+    ids=["every-4-records", "every-microsecond", "every-hour"],
+)
+def test_automatic_checkpoint_cadence(
+    acc: tuple[EmbeddedDatabase, int], options: dict[str, Any], changes_at: list[int]
+) -> None:
     db, created = acc
-    log = Log()
     for value in range(10):
         write(db, [[1, value]])
+    seen: list[str] = []
     worker = client(
-        db, created, "w1", lambda: Recorder(log, "w1", checkpoint=False), checkpoint_every_records=4
+        db, created, "w1", lambda: CheckpointWatcher(db, seen), max_records=1, **options
     )
     with running(worker):
-        wait_for("the records", lambda: log.count() == 10)
-
-        def checkpointed() -> bool:
-            (row,) = partition_rows(db)
-            return row.checkpoint not in ("", END)
-
-        wait_for("an automatic checkpoint", checkpointed)
+        wait_for("ten one-record batches", lambda: len(seen) == 10)
+    # The batches where the stored checkpoint differs from the batch before.
+    assert [i for i in range(1, 10) if seen[i] != seen[i - 1]] == changes_at
 
 
 def test_a_lost_lease_is_never_checkpointed(acc: tuple[EmbeddedDatabase, int]) -> None:
@@ -449,8 +472,11 @@ def test_a_restarted_group_resumes_after_its_checkpoints(
     # A new worker of the same group: start_timestamp only applies to a new group.
     with running(client(db, created, "w2", lambda: Recorder(log, "w2"))):
         wait_for("the new mod", lambda: log.count() == 3)
-        time.sleep(TIMEOUT)  # room for a wrongly repeated delivery to show up
-    assert log.mods == [("w1", 1, 1), ("w1", 2, 1), ("w2", 1, 2)]
+        # A marker committed last, in the same partition: records come in commit order, so a
+        # wrongly repeated delivery of the first mods would have come before it.
+        write(db, [[3, 1]])
+        wait_for("the marker", lambda: ("w2", 3, 1) in log.mods)
+    assert log.mods == [("w1", 1, 1), ("w1", 2, 1), ("w2", 1, 2), ("w2", 3, 1)]
 
 
 def test_children_wait_until_every_parent_is_finished(acc: tuple[EmbeddedDatabase, int]) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import inspect
 import threading
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from changestream import (
     NotFound,
 )
 from changestream.clock import parse_ts
+from changestream.server.client import RemoteDatabase
 from tests.conftest import ACCOUNT_BALANCE, FixedClock
 
 SINGERS = (
@@ -238,9 +240,20 @@ def test_threads_share_one_database(db: changestream.EmbeddedDatabase) -> None:
     assert len(db.read("Singers")) == 60
 
 
-def test_embedded_database_satisfies_the_interface(db: changestream.EmbeddedDatabase) -> None:
-    assert isinstance(db, changestream.Database)
-    assert isinstance(db.transaction(), changestream.TransactionLike)
+@pytest.mark.parametrize("implementation", [changestream.EmbeddedDatabase, RemoteDatabase])
+def test_databases_implement_every_interface_method_as_declared(implementation: type) -> None:
+    """isinstance() on a Protocol only sees that the names exist; here every parameter the
+    interface declares must be accepted with the same kind and default."""
+    interface = changestream.Database
+    methods = [n for n, v in vars(interface).items() if inspect.isfunction(v) and n[0] != "_"]
+    assert {"transaction", "read_change_stream", "partitions", "watch"} <= set(methods)
+    for name in methods:
+        declared = inspect.signature(getattr(interface, name)).parameters
+        actual = inspect.signature(getattr(implementation, name)).parameters
+        for parameter in declared.values():
+            assert parameter.name in actual, (name, parameter.name)
+            found = actual[parameter.name]
+            assert (found.kind, found.default) == (parameter.kind, parameter.default), name
 
 
 def test_query_errors_are_changestream_errors(db: changestream.EmbeddedDatabase) -> None:

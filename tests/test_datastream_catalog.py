@@ -158,17 +158,19 @@ def test_state_survives_reopening(tmp_path: Path) -> None:
 
 
 def test_concurrent_transitions_one_wins(tmp_path: Path, open_db: OpenDb) -> None:
-    """Many catalogs (separate connections) start the same stream at once: exactly one
-    succeeds, the others are refused by the state machine, not lost."""
+    """Many catalogs (separate connections; in the remote variant each its own client of the
+    server) start the same stream at once: exactly one succeeds, the others are refused by the
+    state machine, not lost."""
     path = str(tmp_path / "race.db")
     db = open_db(path)
     db.execute_ddl(SCHEMA)
     StreamCatalog(db).create(definition(path))
-    others = [changestream.open(path) for _ in range(6)]
+    others = [open_db(path) for _ in range(6)]
+    assert {type(other) for other in others} == {type(db)}  # remote actors in the remote variant
     barrier = threading.Barrier(len(others))
     outcomes: list[str] = []
 
-    def start(other: changestream.EmbeddedDatabase) -> None:
+    def start(other: changestream.Database) -> None:
         barrier.wait()
         try:
             StreamCatalog(other).transition("orders", "start")
@@ -182,8 +184,6 @@ def test_concurrent_transitions_one_wins(tmp_path: Path, open_db: OpenDb) -> Non
         thread.start()
     for thread in threads:
         thread.join()
-    for other in others:
-        other.close()
     assert sorted(outcomes) == ["refused"] * 5 + ["started"]
     assert StreamCatalog(db).get("orders").state is S.STARTING
     assert StreamCatalog(db).get("orders").version == 2
@@ -194,9 +194,10 @@ def test_concurrent_progress_updates_all_count(tmp_path: Path, open_db: OpenDb) 
     db = open_db(path)
     db.execute_ddl(SCHEMA)
     StreamCatalog(db).create(definition(path))
-    others = [changestream.open(path) for _ in range(4)]
+    others = [open_db(path) for _ in range(4)]
+    assert {type(other) for other in others} == {type(db)}
 
-    def chunks(index: int, other: changestream.EmbeddedDatabase) -> None:
+    def chunks(index: int, other: changestream.Database) -> None:
         catalog = StreamCatalog(other)
         for chunk in range(5):
             catalog.set_object_backfill(
@@ -213,8 +214,6 @@ def test_concurrent_progress_updates_all_count(tmp_path: Path, open_db: OpenDb) 
         thread.start()
     for thread in threads:
         thread.join()
-    for other in others:
-        other.close()
     progress = StreamCatalog(db).progress("orders")
     assert progress.rows_processed == 200
     assert progress.last_commit_timestamp == 34

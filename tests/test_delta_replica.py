@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from changestream.clock import now_us
 from changestream.datastream.events import CdcMod, Event, backfill_events, cdc_events
+from changestream.datastream.files import EventFileWriter, event_files, read_events
 from changestream.ddl.schema import Table
 from changestream.errors import InvalidArgument
 from changestream.spark.replica import DeltaReplica, sort_key_text
@@ -235,15 +236,26 @@ def test_any_batch_split_order_and_replay_gives_the_final_state(
     cuts = sorted(
         rng.sample(range(1, len(events)), max(0, min(len(events) - 1, rng.randint(0, 4))))
     )
-    batches = [events[a:b] for a, b in zip([0, *cuts], [*cuts, len(events)], strict=True)]
+    bounds = zip([0, *cuts], [*cuts, len(events)], strict=True)
+    batches = list(enumerate(events[a:b] for a, b in bounds))  # (batch id, events)
     rng.shuffle(batches)
-    batches += rng.sample(batches, rng.randint(0, min(2, len(batches))))  # replays
+    batches += rng.sample(batches, rng.randint(0, min(2, len(batches))))  # replays, same id
 
     with tempfile.TemporaryDirectory() as root:
-        replica = DeltaReplica(root, "db", KV)
-        for batch in batches:
+        replica = DeltaReplica(Path(root) / "replica", "db", KV)
+        files = EventFileWriter(Path(root) / "events", "json", max_file_bytes=2048)
+        for batch_id, batch in batches:
+            files.write_batch(batch, batch_id)
             replica.apply(batch)
         assert replica.read_rows() == sorted(state.items())
+        # The event files hold exactly the events, each once: a replay rewrote the same files.
+        written = [e["uuid"] for f in event_files(Path(root) / "events") for e in read_events(f)]
+        assert sorted(written) == sorted(event.uuid for event in events)
+        # Each key's replica row (tombstones included) carries its last event's uuid.
+        # (No events, as when every op deletes a missing key: no table is made.)
+        last = {event.payload["K"]: event.uuid for event in events}
+        rows = raw_rows(replica) if events else []
+        assert {row["K"]: row["_cs_uuid"] for row in rows} == last
 
 
 def test_replica_of_a_real_workload_with_splits(tmp_path: Path) -> None:

@@ -5,6 +5,12 @@ seed's workflow: (1) every committed mod is returned exactly once; (2) within a 
 records come in commit order; (3) a key's record lies in the partition whose key range holds
 the key at that time; (4) a child's records come only after all its parents ended; (5)
 replaying the mods in order rebuilds every table exactly; (6) heartbeats never promise falsely.
+DDL runs between steps (value capture type changes, tables created and dropped). The concurrent
+variant adds bursts of writers committing at once from threads, each with its own connection,
+and from a second process; the remote variant commits every transaction through
+``changestream.connect(url)`` to a server holding the database; the retention variant keeps
+one hour of changes and lets the clock jump past it: expired changes are gone (reads before the
+window fail), the rest still come exactly once.
 ``CHANGESTREAM_STORM=long`` runs many more examples.
 """
 
@@ -13,21 +19,26 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
+import threading
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 import changestream
-from changestream import AlreadyExists, FailedPrecondition, HeartbeatRecord, NotFound
-from changestream.clock import parse_ts
+from changestream import AlreadyExists, FailedPrecondition, HeartbeatRecord, NotFound, OutOfRange
+from changestream.clock import now_us, parse_ts
 from changestream.store.keys import encode_key
 from changestream.store.splits import load_split
 from changestream.streams.read import ChangeStreamReader, ReadRequest
 from changestream.streams.tokens import decode_token
 from tests.lineage import read_lineage
+from tests.server_support import serving
 
 LONG = os.environ.get("CHANGESTREAM_STORM") == "long"
 TABLES = {
@@ -120,7 +131,7 @@ class ChangeStreamMachine(RuleBasedStateMachine):
     @initialize()
     def open_database(self) -> None:
         self.dir = tempfile.mkdtemp(prefix="cs-stateful-")
-        self.db = changestream.open(os.path.join(self.dir, "db.sqlite"))
+        self.db = self.open_file(os.path.join(self.dir, "db.sqlite"))
         self.db.set_split_policy(
             enabled=False,
             max_rows=8,
@@ -130,7 +141,13 @@ class ChangeStreamMachine(RuleBasedStateMachine):
             window_seconds=1.0,
             min_lifetime_seconds=0,
         )
-        self.db.execute_ddl([*TABLES.values(), "CREATE CHANGE STREAM S FOR ALL"])
+        self.db.execute_ddl(
+            [*TABLES.values(), f"CREATE CHANGE STREAM S FOR ALL OPTIONS ({self.options()})"]
+        )
+        self.writer: changestream.Database = self.db
+        #: False once changes expired: the log no longer rebuilds the tables.
+        self.complete_log = True
+        self.scratch_tables = 0
         self.start = self.db.catalog().stream("S").created_ts
         self.model = Model()
         # (commit_ts, table, key, mod_type) for every mod the stream must return.
@@ -153,7 +170,7 @@ class ChangeStreamMachine(RuleBasedStateMachine):
                 expected_error = type(exc)
                 break
         try:
-            with self.db.transaction() as tx:
+            with self.writer.transaction() as tx:
                 for op, (table, key), n in ops:
                     run(tx, op, table, key, n)
         except (AlreadyExists, NotFound) as exc:
@@ -184,6 +201,19 @@ class ChangeStreamMachine(RuleBasedStateMachine):
     @rule()
     def rebalance(self) -> None:
         self.db.rebalance()
+
+    @rule(capture=st.sampled_from(["OLD_AND_NEW_VALUES", "NEW_VALUES", "NEW_ROW"]))
+    def ddl(self, capture: str) -> None:
+        """DDL between steps: the stream's value capture type changes, and a table the stream
+        tracks (FOR ALL) is created, or the last one created is dropped."""
+        statements = [f"ALTER CHANGE STREAM S SET OPTIONS ({self.options(capture)})"]
+        if self.scratch_tables % 2:
+            statements.append(f"DROP TABLE C{self.scratch_tables // 2}")
+        else:
+            name = f"C{self.scratch_tables // 2}"
+            statements.append(f"CREATE TABLE {name} (K INT64 NOT NULL) PRIMARY KEY (K)")
+        self.scratch_tables += 1
+        self.db.execute_ddl(statements)
 
     @rule(index=st.integers(0, 100))
     def heartbeat(self, index: int) -> None:
@@ -216,11 +246,22 @@ class ChangeStreamMachine(RuleBasedStateMachine):
         try:
             self.check_lineage()
         finally:
+            self.close_writer()
             self.db.close()
             shutil.rmtree(self.dir, ignore_errors=True)
 
+    def close_writer(self) -> None:
+        """Nothing to close for the embedded variant: its writer is ``self.db``."""
+
+    def open_file(self, path: str) -> changestream.EmbeddedDatabase:
+        return changestream.open(path)
+
+    def options(self, capture: str = "OLD_AND_NEW_VALUES") -> str:
+        """The stream's options."""
+        return f"value_capture_type = '{capture}'"
+
     def check_lineage(self) -> None:
-        end = self.db.last_commit_ts()
+        end = max(self.db.last_commit_ts(), self.start)  # no commit may follow an expiry
         reads = read_lineage(self.db, "S", self.start, end)
         by_token = {r.token: r for r in reads}
         secret = self.db.secret
@@ -265,7 +306,8 @@ class ChangeStreamMachine(RuleBasedStateMachine):
                 del replay[table][key]
             else:
                 replay[table][key] = new_values.get("V", replay[table].get(key))
-        assert replay == self.model.rows  # (5)
+        if self.complete_log:
+            assert replay == self.model.rows  # (5)
         event(f"partitions read: {min(len(reads), 10)}{'+' if len(reads) >= 10 else ''}")
         event(f"heartbeats checked: {min(len(self.heartbeats), 3)}")
         for token, start, promised, seen in self.heartbeats:  # (6)
@@ -278,10 +320,133 @@ class ChangeStreamMachine(RuleBasedStateMachine):
             assert late <= seen, (promised, late - seen)
 
 
-ChangeStreamMachine.TestCase.settings = settings(
-    max_examples=200 if LONG else int(os.environ.get("CS_EXAMPLES", "15")),
-    stateful_step_count=60 if LONG else 25,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-)
+#: The second process of a burst: upserts its keys of table A ``rounds`` times, one row per
+#: transaction, printing "<commit timestamp> <key> <value>" per commit.
+WRITER_PROCESS = """
+import sys
+import changestream
+from changestream.clock import parse_ts
+path, first, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+with changestream.open(path) as db:
+    for value in range(rounds):
+        for key in range(first, first + KEYS_PER_WRITER):
+            with db.transaction() as tx:
+                tx.insert_or_update("A", ["K", "V"], [[key, value]])
+            print(parse_ts(tx.commit_timestamp), key, value, flush=True)
+"""
+KEYS_PER_WRITER = 3
+
+
+class ConcurrentChangeStreamMachine(ChangeStreamMachine):
+    """The machine plus bursts of concurrent writers: threads with their own connections and
+    a second process, all committing at once. Each writer owns its keys (A keys from 1,000 up,
+    out of the other rules' reach), so the model knows the outcome whatever the interleaving;
+    every commit's timestamp is recorded by the writer that made it."""
+
+    @rule(threads=st.integers(1, 3), rounds=st.integers(1, 3))
+    def concurrent_burst(self, threads: int, rounds: int) -> None:
+        bursts = getattr(self, "bursts", 0)
+        self.bursts = bursts + 1
+        base = 1_000 + 100 * bursts
+        path = os.path.join(self.dir, "db.sqlite")
+        commits: list[tuple[int, int, int]] = []  # (commit_ts, key, value)
+        failures: list[BaseException] = []
+        lock = threading.Lock()
+
+        def write(first: int) -> None:
+            try:
+                with changestream.open(path) as own:
+                    for value in range(rounds):
+                        for key in range(first, first + KEYS_PER_WRITER):
+                            with own.transaction() as tx:
+                                tx.insert_or_update("A", ["K", "V"], [[key, value]])
+                            assert tx.commit_timestamp is not None
+                            with lock:
+                                commits.append((parse_ts(tx.commit_timestamp), key, value))
+            except BaseException as exc:
+                failures.append(exc)
+
+        code = WRITER_PROCESS.replace("KEYS_PER_WRITER", str(KEYS_PER_WRITER))
+        process = subprocess.Popen(
+            [sys.executable, "-c", code, path, str(base + 90), str(rounds)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        workers = [
+            threading.Thread(target=write, args=(base + 10 * i,), daemon=True)
+            for i in range(threads)
+        ]
+        for worker in workers:
+            worker.start()
+        out, _ = process.communicate(timeout=120)
+        for worker in workers:
+            worker.join(120)
+        assert not failures and not any(w.is_alive() for w in workers), failures
+        assert process.returncode == 0
+        commits += [tuple(map(int, line.split())) for line in out.splitlines()]  # type: ignore[misc]
+        assert len(commits) == (threads + 1) * rounds * KEYS_PER_WRITER
+        for ts, key, value in sorted(commits):
+            kind = "UPDATE" if (key,) in self.model.rows["A"] else "INSERT"
+            self.expected.add((ts, "A", (key,), kind))
+            self.model.rows["A"][(key,)] = value
+        event(f"burst of {threads} threads and a process")
+
+
+class RemoteChangeStreamMachine(ChangeStreamMachine):
+    """The machine with every transaction committed through a server: ``connect(url)``."""
+
+    @initialize()
+    def open_database(self) -> None:
+        super().open_database()
+        self.served = contextlib.ExitStack()
+        server = self.served.enter_context(serving({"db": self.db}))
+        self.writer = self.served.enter_context(changestream.connect(f"{server.url}/db"))
+
+    def close_writer(self) -> None:
+        self.served.close()
+
+
+class RetentionChangeStreamMachine(ChangeStreamMachine):
+    """The machine with a one-hour retention period and a clock that can jump past it."""
+
+    RETENTION_US = 3600 * 1_000_000
+
+    def open_file(self, path: str) -> changestream.EmbeddedDatabase:
+        self.offset = 0
+        return changestream.open(path, clock=lambda: now_us() + self.offset)
+
+    def options(self, capture: str = "OLD_AND_NEW_VALUES") -> str:
+        return f"{super().options(capture)}, retention_period = '1h'"
+
+    @rule()
+    def expire(self) -> None:
+        """Two hours pass: every change so far expires; reads start from now on."""
+        first = self.db.catalog().stream("S").created_ts
+        self.offset += 2 * self.RETENTION_US
+        now = self.db.now()
+        with pytest.raises(OutOfRange):
+            self.db.read_change_stream("S", first)
+        self.expected = {e for e in self.expected if e[0] > now - self.RETENTION_US}
+        assert not self.expected
+        self.start = now
+        self.heartbeats.clear()
+        self.complete_log = False
+
+
+def _settings(examples: int, steps: int) -> settings:
+    return settings(
+        max_examples=200 if LONG else int(os.environ.get("CS_EXAMPLES", str(examples))),
+        stateful_step_count=60 if LONG else steps,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+    )
+
+
+ChangeStreamMachine.TestCase.settings = _settings(15, 25)
 TestChangeStreamInvariants = ChangeStreamMachine.TestCase
+ConcurrentChangeStreamMachine.TestCase.settings = _settings(8, 20)
+TestConcurrentChangeStreamInvariants = ConcurrentChangeStreamMachine.TestCase
+RemoteChangeStreamMachine.TestCase.settings = _settings(8, 20)
+TestRemoteChangeStreamInvariants = RemoteChangeStreamMachine.TestCase
+RetentionChangeStreamMachine.TestCase.settings = _settings(8, 20)
+TestRetentionChangeStreamInvariants = RetentionChangeStreamMachine.TestCase

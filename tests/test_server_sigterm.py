@@ -68,7 +68,7 @@ def test_sigterm_mid_load_loses_no_acknowledged_commit(tmp_path: Path) -> None:
         time.sleep(0.02)
     server.send_signal(signal.SIGTERM)
     try:
-        server.wait(WAIT_S)
+        exit_code = server.wait(WAIT_S)
     finally:
         stop.set()
         for thread in threads:
@@ -78,6 +78,10 @@ def test_sigterm_mid_load_loses_no_acknowledged_commit(tmp_path: Path) -> None:
     assert server.stderr is not None
     stderr = server.stderr.read().decode()
     assert "WARNING: --insecure-no-auth" in stderr
+    # A graceful stop: shutdown ran to the end, then (as uvicorn does) the process ends by the
+    # signal it was sent; a crash would exit 1, a hang would need the kill above.
+    assert exit_code == -signal.SIGTERM, stderr
+    assert "Application shutdown complete" in stderr and "Traceback" not in stderr
     assert len(acknowledged) >= 40
     # The live stream ended cleanly and said why.
     assert stream_lines and stream_lines[-1] == {"type": "shutdown"}

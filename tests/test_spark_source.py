@@ -70,6 +70,11 @@ def test_batch_read_equals_the_read_function_across_the_lineage(spark: Any, tmp_
     assert frame.rdd.getNumPartitions() == 3
     assert len(rows) == len(records)
     by_id = {(r.server_transaction_id, r.record_sequence, r.partition_token): r for r in records}
+    assert len(by_id) == len(records)
+    # Every record exactly once: one duplicated and another missing would keep the count.
+    assert sorted(
+        (row.server_transaction_id, row.record_sequence, row.partition_token) for row in rows
+    ) == sorted(by_id)
     for row in rows:
         record = by_id[(row.server_transaction_id, row.record_sequence, row.partition_token)]
         assert row.table_name == record.table_name == "Items"

@@ -190,22 +190,29 @@ def test_read_snapshot_is_consistent_under_concurrent_writes(
     )
     stop = threading.Event()
     commits: list[int] = []
+    failures: list[BaseException] = []
 
     def write() -> None:
-        with changestream.open(path) as writer:
-            n = 0
-            while not stop.is_set():
-                with writer.transaction() as tx:
-                    tx.insert("W", ["N", "Ts"], [[n, COMMIT_TIMESTAMP]])
-                assert tx.commit_timestamp is not None
-                commits.append(changestream.clock.parse_ts(tx.commit_timestamp))
-                n += 1
+        try:
+            with changestream.open(path) as writer:
+                n = 0
+                while not stop.is_set():
+                    with writer.transaction() as tx:
+                        tx.insert("W", ["N", "Ts"], [[n, COMMIT_TIMESTAMP]])
+                    assert tx.commit_timestamp is not None
+                    commits.append(changestream.clock.parse_ts(tx.commit_timestamp))
+                    n += 1
+        except BaseException as exc:
+            failures.append(exc)
+            raise
 
     writer = threading.Thread(target=write)
     writer.start()
     try:
         checked = 0
         while checked < 30 or len(commits) < 30:
+            # A writer that died fails the test now, not after spinning without commits.
+            assert writer.is_alive(), f"the writer thread died: {failures!r}"
             snapshot = db.read_snapshot("W")
             stamps = [changestream.clock.parse_ts(row[1]) for row in snapshot.rows]
             assert [row[0] for row in snapshot.rows] == list(range(len(stamps)))

@@ -55,7 +55,12 @@ def test_rename_and_drop_refused_while_a_stream_names_the_table(tmp_path: Path) 
             with pytest.raises(FailedPrecondition, match=f"cannot {action} table 'Items'"):
                 db.execute_ddl(statement)
         db.execute_ddl(["DROP CHANGE STREAM Named", "CREATE CHANGE STREAM Everything FOR ALL"])
+        with db.transaction() as tx:
+            tx.insert("Items", ["Id"], [[1]])
         db.execute_ddl("ALTER TABLE Items RENAME TO Stock")
+        assert db.read("Stock") == [(1, None, None)]
+        with pytest.raises(NotFound):
+            db.read("Items")
 
 
 def test_internal_stream_is_out_of_users_reach(tmp_path: Path) -> None:
