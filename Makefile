@@ -20,7 +20,6 @@ test: $(STAMP)
 
 # Every benchmark `make bench` runs, at a tiny size, checking its own counts; and each shown to
 # fail its checks on a build that drops every tenth record (tests/test_benchmarks.py).
-# pipeline.py's smoke run: added to SMOKE in tests/test_benchmarks.py with the pipeline rewrite.
 bench-smoke: $(STAMP)
 	$(PY) -m pytest -q -m bench_smoke tests/test_benchmarks.py
 

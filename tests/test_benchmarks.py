@@ -20,8 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SRC = str(ROOT / "src")
 FAULTS = str(ROOT / "tests" / "faults")
 
-#: Each benchmark with its tiny-size arguments. pipeline.py's smoke run is added here with the
-#: pipeline rewrite.
+#: Each benchmark with its tiny-size arguments.
 SMOKE = {
     "write_path": ["--transactions", "20", "--repeats", "1"],
     "read_path": ["--mods", "2000", "--repeats", "1"],
@@ -31,12 +30,17 @@ SMOKE = {
     "stream_client": ["--transactions", "100", "--stall", "15"],
     "server": ["--transactions", "10", "--small", "50", "--latency-commits", "10"],
     "spark_read": ["--mods", "2000", "--partitions", "2", "--repeats", "1", "--skip-streaming"],
+    "pipeline": ["--smoke"],
 }
 
 
-#: Where the fault goes: spark_read's in-process baseline would fail first, so only the
-#: processes it starts (the JVM and its Python workers) drop records.
-FAULT = {"spark_read": "drop-every-10th-in-children"}
+#: Where the fault goes: spark_read's and pipeline's in-process baselines would fail first, so
+#: only the processes they start (the pipeline, the JVM and its Python workers) drop records.
+FAULT = {
+    "spark_read": "drop-every-10th-in-children",
+    "pipeline": "drop-every-10th-in-children",
+}
+SPARK = ("spark_read", "pipeline")
 
 
 def run(name: str, fault: bool) -> subprocess.CompletedProcess[str]:
@@ -57,7 +61,7 @@ def run(name: str, fault: bool) -> subprocess.CompletedProcess[str]:
 
 
 PARAMS = [
-    pytest.param(name, marks=[pytest.mark.spark] if name == "spark_read" else [], id=name)
+    pytest.param(name, marks=[pytest.mark.spark] if name in SPARK else [], id=name)
     for name in SMOKE
 ]
 
