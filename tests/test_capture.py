@@ -224,6 +224,33 @@ def test_net_effect_of_several_writes_to_one_row_in_a_transaction(tmp_path: Path
     db.close()
 
 
+def test_a_row_inserted_then_replaced_in_one_transaction_is_an_insert(tmp_path: Path) -> None:
+    db = open_with(tmp_path, "CREATE CHANGE STREAM S FOR Singers")
+    with db.transaction() as tx:
+        tx.insert("Singers", ["SingerId", "Age"], [[2, 2]])
+    with db.transaction(tag="t") as tx:
+        tx.insert("Singers", ["SingerId", "Age"], [[1, 1]])
+        tx.replace("Singers", ["SingerId", "Age"], [[1, 5]])  # insert+replace → INSERT
+        tx.update("Singers", ["SingerId", "Age"], [[2, 3]])
+        tx.replace("Singers", ["SingerId", "Age"], [[2, 4]])  # update+replace → UPDATE from 2
+    got = [(r.mod_type, mods(r)) for r in records(db, "S") if r.transaction_tag == "t"]
+    full = {"FirstName": None, "LastName": None}
+    assert got == [
+        ("INSERT", [{"keys": {"SingerId": 1}, "new_values": {**full, "Age": 5}, "old_values": {}}]),
+        (
+            "UPDATE",
+            [
+                {
+                    "keys": {"SingerId": 2},
+                    "new_values": {**full, "Age": 4},
+                    "old_values": {**full, "Age": 2},
+                }
+            ],
+        ),
+    ]
+    db.close()
+
+
 def test_replace_insert_or_update_and_key_range_delete(tmp_path: Path) -> None:
     db = open_with(tmp_path, "CREATE CHANGE STREAM S FOR Singers")
     with db.transaction() as tx:

@@ -217,6 +217,9 @@ class ChangeTracker:
             return
         tracked = table.name in self.tracked
         current = self._current_rows(table, keys) if tracked else {}
+        # A row this transaction already changed keeps the state it had when the transaction
+        # began (None for a row it inserted: replacing it is still an INSERT).
+        noted = {key for key in keys if (table.name, key) in self.changes}
         self.delete_keys(table, keys, track=False)
         self.insert(codec, rows)
         if tracked:
@@ -224,7 +227,7 @@ class ChangeTracker:
             for key in keys:
                 change = self.changes[(table.name, key)]
                 before = current.get(key)
-                if change.before is None and before is not None:
+                if key not in noted and before is not None:
                     change.before = before
                 change.written |= every_column
                 change.replaced = change.before is not None
