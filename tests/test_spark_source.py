@@ -159,19 +159,22 @@ def test_batch_positions_earliest_latest_aliases_and_fail_on_data_loss(
         base.option("endingTimestamp", "earliest").load()
 
 
-def _counting_query(spark: Any, path: str, trigger: dict[str, Any], batches: list[int]) -> Any:
+def _counting_query(
+    spark: Any, path: str, trigger: dict[str, Any], batches: list[int], **limits: str
+) -> Any:
     def count(batch: Any, batch_id: int) -> None:
         batches.append(batch.count())
 
-    frame = (
+    reader = (
         spark.readStream.format("changestream")
         .option("database", path)
         .option("stream", "ItemStream")
         .option("startingTimestamp", "earliest")
         .option("rowPerMod", "true")
-        .option("maxRecordsPerTrigger", "50")
-        .load()
     )
+    for name, value in (limits or {"maxRecordsPerTrigger": "50"}).items():
+        reader = reader.option(name, value)
+    frame = reader.load()
     return frame.writeStream.foreachBatch(count).trigger(**trigger).start()
 
 
@@ -191,6 +194,11 @@ def test_available_now_honours_max_records_and_an_idle_stream_makes_no_batches(
     assert query.exception() is None
     assert sum(batches) == mods > 100
     assert len(batches) >= mods // 50 and max(batches) <= 50 + 10  # whole commits at most
+    # A byte cap cuts too: a record of 5 mods is a few hundred bytes of JSON.
+    sized: list[int] = []
+    query = _counting_query(spark, path, {"availableNow": True}, sized, maxBytesPerTrigger="2000")
+    assert query.awaitTermination(120) and query.exception() is None
+    assert sum(sized) == mods and len(sized) > len(batches) and max(sized) <= 40
     # Idle: a query started after the backlog is read makes no micro-batch per trigger.
     idle: list[int] = []
     query = _counting_query(spark, path, {"processingTime": "100 milliseconds"}, idle)

@@ -9,8 +9,9 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from changestream.cli.common import TOKEN_KEY
 from changestream.clock import format_ts
 
-#: ``PipelineOptions``' default, repeated so ``--help`` needs no pyspark import.
+#: ``PipelineOptions``' defaults, repeated so ``--help`` needs no pyspark import.
 DEFAULT_MAX_RECORDS_PER_TRIGGER = 200_000
+DEFAULT_MAX_BYTES_PER_TRIGGER = 256 * 1024 * 1024
 
 
 @click.group()
@@ -46,6 +47,13 @@ def pipeline() -> None:
     default=DEFAULT_MAX_RECORDS_PER_TRIGGER,
     show_default=True,
     help="At most this many changes per micro-batch (whole commits; 0: no limit).",
+)
+@click.option(
+    "--max-bytes-per-trigger",
+    type=click.IntRange(min=0),
+    default=DEFAULT_MAX_BYTES_PER_TRIGGER,
+    show_default=True,
+    help="At most about this many bytes of change records per micro-batch (0: no limit).",
 )
 @click.option(
     "--batch-timeout",
@@ -86,6 +94,7 @@ def run(
     until_caught_up: bool,
     trigger_seconds: float,
     max_records_per_trigger: int,
+    max_bytes_per_trigger: int,
     batch_timeout: float,
     chunk_rows: int,
     compact_every: int,
@@ -107,6 +116,7 @@ def run(
         until_caught_up=until_caught_up,
         trigger_seconds=trigger_seconds,
         max_records_per_trigger=max_records_per_trigger or None,
+        max_bytes_per_trigger=max_bytes_per_trigger or None,
         chunk_rows=chunk_rows,
         batch_timeout_seconds=batch_timeout,
         compact_every=compact_every,

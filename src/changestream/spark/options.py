@@ -11,7 +11,7 @@ from changestream.errors import InvalidArgument
 #: Canonical option names; Spark hands them over lower-cased. ``startTimestamp`` and
 #: ``endTimestamp`` are older names of ``startingTimestamp`` and ``endingTimestamp``.
 BATCH_ONLY = ("endingTimestamp", "endTimestamp")
-STREAMING_ONLY = ("maxRecordsPerTrigger", "heartbeatMilliseconds")
+STREAMING_ONLY = ("maxRecordsPerTrigger", "maxBytesPerTrigger", "heartbeatMilliseconds")
 COMMON = (
     "database",
     "path",
@@ -55,6 +55,7 @@ class SourceOptions:
     ending: Position | None = None
     fail_on_data_loss: bool = True
     max_records_per_trigger: int | None = None
+    max_bytes_per_trigger: int | None = None
     heartbeat_milliseconds: int = DEFAULT_HEARTBEAT_MS
     given: frozenset[str] = frozenset()
 
@@ -118,6 +119,7 @@ def parse_options(raw: Mapping[str, str]) -> SourceOptions:
         ending=_position(values, "endingTimestamp") or _position(values, "endTimestamp"),
         fail_on_data_loss=_boolean(values, "failOnDataLoss", default="true"),
         max_records_per_trigger=_positive(values, "maxRecordsPerTrigger"),
+        max_bytes_per_trigger=_positive(values, "maxBytesPerTrigger"),
         heartbeat_milliseconds=_positive(values, "heartbeatMilliseconds") or DEFAULT_HEARTBEAT_MS,
         given=frozenset(values),
     )

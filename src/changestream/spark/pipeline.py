@@ -90,6 +90,7 @@ _PERMANENT_NAMES = ("InvalidArgument", "FailedPrecondition", "NotFound", "OutOfR
 #: Rows per micro-batch by default (admission control: the executors' and the driver's work
 #: per batch stays bounded however large the backlog).
 DEFAULT_MAX_RECORDS_PER_TRIGGER = 200_000
+DEFAULT_MAX_BYTES_PER_TRIGGER = 256 * 1024 * 1024
 
 T = TypeVar("T")
 
@@ -100,7 +101,8 @@ class PipelineOptions:
 
     ``until_caught_up``: stop once every change committed before the run started has landed
     (Spark's ``availableNow`` trigger). ``trigger_seconds``: the micro-batch interval.
-    ``max_records_per_trigger``: admission control (changes per micro-batch; 0 for no limit).
+    ``max_records_per_trigger`` and ``max_bytes_per_trigger``: admission control (changes, and
+    bytes of change records, per micro-batch; None for no limit).
     ``chunk_rows``: rows per backfill chunk. ``attempts``: tries of each batch's work (with
     backoff) before the batch fails. ``restarts``: automatic restarts of the query after a
     retriable failure. ``batch_timeout_seconds``: a micro-batch running longer fails the run.
@@ -113,6 +115,7 @@ class PipelineOptions:
     until_caught_up: bool = False
     trigger_seconds: float = 1.0
     max_records_per_trigger: int | None = DEFAULT_MAX_RECORDS_PER_TRIGGER
+    max_bytes_per_trigger: int | None = DEFAULT_MAX_BYTES_PER_TRIGGER
     chunk_rows: int = 10_000
     attempts: int = 3
     backoff_seconds: float = 0.5
@@ -307,6 +310,8 @@ class Pipeline:
             reader = reader.option(
                 "maxRecordsPerTrigger", str(self.options.max_records_per_trigger)
             )
+        if self.options.max_bytes_per_trigger:
+            reader = reader.option("maxBytesPerTrigger", str(self.options.max_bytes_per_trigger))
         writer = (
             reader.load()
             .writeStream.foreachBatch(self._process)

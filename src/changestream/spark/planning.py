@@ -7,7 +7,6 @@ a local file or a remote server alike.
 from __future__ import annotations
 
 import heapq
-import itertools
 import logging
 from collections.abc import Generator, Iterator, Sequence
 
@@ -148,11 +147,16 @@ def read_records(
             return
 
 
-def _row_stamps(records: Iterator[DataChangeRecord], row_per_mod: bool) -> Iterator[int]:
-    """The commit timestamp of each row the source makes of ``records``."""
+def _rows(
+    records: Iterator[DataChangeRecord], row_per_mod: bool, sized: bool
+) -> Iterator[tuple[int, int]]:
+    """(commit timestamp, bytes) of each row the source makes of ``records``; bytes (the
+    record's JSON size, shared by its mods) only when ``sized``, else 0."""
     for record in records:
-        for _ in range(len(record.mods) if row_per_mod else 1):
-            yield record.commit_timestamp
+        rows = len(record.mods) if row_per_mod else 1
+        size = len(record.to_json()) // rows if sized else 0
+        for _ in range(rows):
+            yield record.commit_timestamp, size
 
 
 def next_frontier(
@@ -163,26 +167,39 @@ def next_frontier(
     max_records: int | None,
     idle_advance_us: int,
     row_per_mod: bool = False,
+    max_bytes: int | None = None,
 ) -> Frontier:
     """Where the next micro-batch ends: at ``until`` (which must be safe), or earlier so it
-    holds at most ``max_records`` rows (records, or mods with ``row_per_mod``; one whole
-    commit timestamp at least); ``start`` itself when nothing was committed, no partition
-    ended, and the frontier moved less than ``idle_advance_us`` ago."""
+    holds at most ``max_records`` rows (records, or mods with ``row_per_mod``) and about
+    ``max_bytes`` of change records (one whole commit timestamp at least); ``start`` itself
+    when nothing was committed, no partition ended, and the frontier moved less than
+    ``idle_advance_us`` ago."""
     history = lineage(db, stream)
     end = advance(start, history, until)
     pending = ranges(start, end)
-    cap = 1 if max_records is None else max_records + 1
     readers = [read_records(db, stream, read) for read in pending]
+    stamps: list[int] = []
+    over = False
     try:
-        merged = heapq.merge(*(_row_stamps(reader, row_per_mod) for reader in readers))
-        stamps = list(itertools.islice(merged, cap))
+        rows = heapq.merge(*(_rows(r, row_per_mod, max_bytes is not None) for r in readers))
+        total = 0
+        for stamp, size in rows:
+            stamps.append(stamp)
+            total += size
+            if max_records is None and max_bytes is None:
+                break  # only whether anything is there
+            over = (max_records is not None and len(stamps) > max_records) or (
+                max_bytes is not None and total > max_bytes and len(stamps) > 1
+            )
+            if over:
+                break
     finally:
         for reader in readers:
             reader.close()
-    if max_records is not None and len(stamps) > max_records:
-        # Cut before the first record over the limit, keeping whole commit timestamps; an
+    if over:
+        # Cut before the first row over a limit, keeping whole commit timestamps; an
         # admitted child may hold records from before the frontier, which cannot move back.
-        cut = min(until, max(stamps[max_records] - 1, stamps[0], start.timestamp + 1))
+        cut = min(until, max(stamps[-1] - 1, stamps[0], start.timestamp + 1))
         end = advance(start, history, cut)
     elif not stamps and not changed(start, end) and until - start.timestamp < idle_advance_us:
         return start

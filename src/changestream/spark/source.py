@@ -255,6 +255,7 @@ class ChangeStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
             max_records,
             self.options.heartbeat_milliseconds * 1000,
             self.options.counts_mods,
+            self.options.max_bytes_per_trigger,
         )
         return end.to_offset()
 
