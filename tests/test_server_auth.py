@@ -73,6 +73,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dic
     tokens = {scope: create_token(tokens_file, (scope,), scope) for scope in SCOPES}
     with changestream.open(str(tmp / "bank.db")) as db:
         created = db.execute_ddl([ACCOUNT_BALANCE, "CREATE CHANGE STREAM Bank FOR AccountBalance"])
+        db.ensure_watch_stream()  # a read token may watch once an admin made watch()'s stream
         with serving({"bank": db}, TokenFile(tokens_file)) as running:
             yield running.url, tokens, created
 

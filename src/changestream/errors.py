@@ -83,3 +83,9 @@ class Unavailable(ChangeStreamError):
     """The server could not be reached, is shutting down, or the connection broke."""
 
     http_status = 503
+
+
+class ResourceExhausted(ChangeStreamError):
+    """A query or a caller went past a budget: steps, time, rows, bytes or open streams."""
+
+    http_status = 429

@@ -40,6 +40,11 @@ from changestream.errors import InvalidArgument
     type=click.IntRange(min=1024),
     help="Largest request body accepted.",
 )
+@click.option(
+    "--follow-symlinks",
+    is_flag=True,
+    help="Serve NAME.db symlinks whose target lies outside the directory (refused by default).",
+)
 def serve(
     path: str,
     host: str,
@@ -50,6 +55,7 @@ def serve(
     tls_key: str | None,
     keepalive: float,
     max_body_bytes: int,
+    follow_symlinks: bool,
 ) -> None:
     """Serve the database file PATH, or every NAME.db file in directory PATH, over HTTP.
 
@@ -58,6 +64,10 @@ def serve(
     URL (with --token or $CHANGESTREAM_TOKEN). The API is described at /openapi.json and
     /docs. SIGTERM or Ctrl-C stops gracefully: commits in flight finish, streams end and
     their clients reconnect when the server is back.
+
+    The server never changes a file that is not a changestream database yet (an empty file,
+    plain SQLite, an older layout) unless an admin-scoped DDL request asks; other files are
+    listed under not_databases by GET /v1/databases and refused.
     """
     from changestream.server import Databases, NoAuth, ServerConfig, TokenFile, create_app
     from changestream.server.serve import make_server
@@ -72,7 +82,7 @@ def serve(
     if tokens_file is not None and insecure_no_auth:
         raise InvalidArgument("--tokens and --insecure-no-auth exclude each other")
     auth = NoAuth() if insecure_no_auth else TokenFile(tokens_file or "")
-    databases = Databases.serve(path)
+    databases = Databases.serve(path, follow_symlinks)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     if insecure_no_auth:
         click.secho(

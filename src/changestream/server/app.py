@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -52,6 +53,16 @@ class ServerConfig:
     max_streams: int = 1024
     #: Blocking engine calls running at once, outside streams and transactions.
     max_calls: int = 64
+    #: Streaming responses one token (principal) may have open at once.
+    max_streams_per_token: int = 64
+    #: Deepest nesting of arrays and objects a request body may have.
+    max_nesting: int = 64
+    #: What one SQL statement may spend: VM steps, seconds of running, rows returned.
+    sql_max_steps: int = 200_000_000
+    sql_max_seconds: float = 10.0
+    sql_max_rows: int = 100_000
+    #: Bytes one SQL response may carry.
+    sql_max_bytes: int = 64 << 20
 
 
 class RequestTooLarge(errors.InvalidArgument):
@@ -71,6 +82,8 @@ class ServerState:
         self.threads = WorkerThreads("changestream-server")
         self.sessions = Sessions(self.threads, config.session_idle_seconds, config.max_sessions)
         self.streams: set[LineStream] = set()
+        #: Open streams by the name of the token that opened them.
+        self.streams_of: Counter[str] = Counter()
         self.closing = False
         self._calls: anyio.Semaphore | None = None
 
@@ -138,8 +151,29 @@ def endpoint(
     return run
 
 
-async def read_body(request: Request, limit: int) -> dict[str, Any]:
-    """The request's JSON object body, refusing bodies over ``limit`` bytes."""
+def check_nesting(value: Any, limit: int) -> None:
+    """Refuse a value nested deeper than ``limit`` arrays and objects (checked without
+    recursion, so any depth orjson accepts is refused cleanly)."""
+    level: list[Any] = [value]
+    depth = 0
+    while level:
+        depth += 1
+        if depth > limit:
+            raise errors.InvalidArgument(
+                f"the request body nests arrays and objects more than {limit} levels deep"
+            )
+        level = [
+            child
+            for item in level
+            if isinstance(item, dict | list)
+            for child in (item.values() if isinstance(item, dict) else item)
+            if isinstance(child, dict | list)
+        ]
+
+
+async def read_body(request: Request, limit: int, max_nesting: int = 64) -> dict[str, Any]:
+    """The request's JSON object body, refusing bodies over ``limit`` bytes or nested deeper
+    than ``max_nesting``."""
     declared = request.headers.get("content-length")
     too_large = RequestTooLarge(f"the request body is larger than {limit} bytes")
     if declared is not None and declared.isdigit() and int(declared) > limit:
@@ -158,6 +192,7 @@ async def read_body(request: Request, limit: int) -> dict[str, Any]:
         body = orjson.loads(b"".join(chunks) or b"{}")
     except orjson.JSONDecodeError as exc:
         raise errors.InvalidArgument(f"the request body is not valid JSON: {exc}") from exc
+    check_nesting(body, max_nesting)
     if not isinstance(body, dict):
         raise errors.InvalidArgument(
             f"the request body must be a JSON object, got {type(body).__name__}"

@@ -8,6 +8,7 @@ messages). Every engine call runs on a worker thread.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -17,7 +18,14 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, Response, StreamingResponse
 
 from changestream.clock import parse_ts
-from changestream.errors import FailedPrecondition, InvalidArgument, Unavailable
+from changestream.errors import (
+    ChangeStreamError,
+    FailedPrecondition,
+    InvalidArgument,
+    PermissionDenied,
+    ResourceExhausted,
+    Unavailable,
+)
 from changestream.server.app import Handler, JSONResponse, ServerState, read_body
 from changestream.server.auth import Principal
 from changestream.server.metrics import OpenStream
@@ -36,9 +44,10 @@ from changestream.server.wire import (
 )
 from changestream.store.keys import KeyRange
 from changestream.store.transaction import Transaction
-from changestream.streams.database import EmbeddedDatabase
+from changestream.streams.database import WATCH_STREAM, EmbeddedDatabase
 from changestream.streams.read import ChangeStreamReader, validate
 from changestream.streams.records import ChildPartitionsRecord, HeartbeatRecord
+from changestream.streams.sandbox import SqlSandbox
 
 NDJSON = "application/x-ndjson"
 _REQUIRED = object()
@@ -89,17 +98,25 @@ def _timestamp_query(text: str | None) -> Any:
     return int(text) if text.lstrip("-").isdigit() and len(text) < 20 else text
 
 
+async def _body(request: Request, state: ServerState) -> dict[str, Any]:
+    return await read_body(request, state.config.max_body_bytes, state.config.max_nesting)
+
+
 def _path(request: Request, name: str) -> str:
     value: str = request.path_params[name]
     return value
 
 
 async def _on_db(
-    request: Request, state: ServerState, work: Callable[[EmbeddedDatabase], Any]
+    request: Request,
+    state: ServerState,
+    work: Callable[[EmbeddedDatabase], Any],
+    initialise: bool = False,
 ) -> Any:
-    """Run ``work`` on the database named in the path, on a worker thread."""
+    """Run ``work`` on the database named in the path, on a worker thread; ``initialise``
+    (admin requests only) makes a file that is not a changestream database yet one."""
     name = _path(request, "database")
-    return await state.call(lambda: work(state.databases.get(name)))
+    return await state.call(lambda: work(state.databases.get(name, initialise)))
 
 
 # -- transactions -------------------------------------------------------------------------
@@ -145,7 +162,7 @@ def _commit(tx: Transaction, mutations: Any) -> tuple[int, int]:
 
 
 async def commit(request: Request, state: ServerState, principal: Principal) -> Response:
-    body = await read_body(request, state.config.max_body_bytes)
+    body = await _body(request, state)
     tag = body.get("tag")
     mutations = body.get("mutations", [])
     key = _text(body, "session", None)
@@ -163,7 +180,7 @@ async def commit(request: Request, state: ServerState, principal: Principal) -> 
 
 
 async def execute_update(request: Request, state: ServerState, principal: Principal) -> Response:
-    body = await read_body(request, state.config.max_body_bytes)
+    body = await _body(request, state)
     dml = _text(body, "dml")
     params = _params(body)
     key = _text(body, "session", None)
@@ -185,7 +202,7 @@ async def execute_update(request: Request, state: ServerState, principal: Princi
 
 
 async def rollback(request: Request, state: ServerState, principal: Principal) -> Response:
-    body = await read_body(request, state.config.max_body_bytes)
+    body = await _body(request, state)
     key = _text(body, "session")
     try:
         session = state.sessions.get(key, principal.name, _path(request, "database"))
@@ -199,16 +216,16 @@ async def rollback(request: Request, state: ServerState, principal: Principal) -
 
 
 async def ddl(request: Request, state: ServerState, principal: Principal) -> Response:
-    body = await read_body(request, state.config.max_body_bytes)
+    body = await _body(request, state)
     statements = body.get("statements")
     if not isinstance(statements, str):
         statements = _texts(statements, "statements")
-    stamp = await _on_db(request, state, lambda db: db.execute_ddl(statements))
+    stamp = await _on_db(request, state, lambda db: db.execute_ddl(statements), initialise=True)
     return JSONResponse({"commit_timestamp": stamp})
 
 
 async def read(request: Request, state: ServerState, principal: Principal) -> Response:
-    body = await read_body(request, state.config.max_body_bytes)
+    body = await _body(request, state)
     table = _text(body, "table")
     keys = None if body.get("keys") is None else _keys(body["keys"], "keys")
     columns = body.get("columns")
@@ -218,7 +235,7 @@ async def read(request: Request, state: ServerState, principal: Principal) -> Re
 
 
 async def read_snapshot(request: Request, state: ServerState, principal: Principal) -> Response:
-    body = await read_body(request, state.config.max_body_bytes)
+    body = await _body(request, state)
     table = _text(body, "table")
     keys = decode(body.get("keys"))
     columns = body.get("columns")
@@ -243,7 +260,7 @@ async def change_streams(request: Request, state: ServerState, principal: Princi
 
 def _system_op(op: str) -> Handler:
     async def run(request: Request, state: ServerState, principal: Principal) -> Response:
-        body = await read_body(request, state.config.max_body_bytes)
+        body = await _body(request, state)
         kind = _text(body, "kind")
 
         def work(db: EmbeddedDatabase) -> dict[str, Any]:
@@ -275,65 +292,111 @@ def _system_op(op: str) -> Handler:
     return run
 
 
+async def _stop_on_disconnect(request: Request, stream: LineStream) -> None:
+    """Stop ``stream`` when the client disconnects (its body has been read already)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+    stream.stop()
+
+
 async def _stream(
     request: Request,
     state: ServerState,
+    principal: Principal,
     entry: OpenStream,
-    open_items: Callable[[], Iterator[Any]],
+    open_items: Callable[[LineStream], Iterator[Any]],
     render: Callable[[Any], bytes],
 ) -> Response:
     """A streaming NDJSON response of the items ``open_items`` returns (see ``streaming``)."""
-    if len(state.streams) >= state.config.max_streams:
+    config = state.config
+    refusal: ChangeStreamError | None = None
+    if len(state.streams) >= config.max_streams:
+        refusal = Unavailable(f"{config.max_streams} streams are open on this server")
+    elif state.streams_of[principal.name] >= config.max_streams_per_token:
+        refusal = ResourceExhausted(
+            f"this token has {config.max_streams_per_token} streams open, the most it may; "
+            "close one first"
+        )
+    elif state.closing:
+        refusal = Unavailable("the server is shutting down")
+    if refusal is not None:
         state.metrics.stream_closed(entry)
-        raise Unavailable(f"{state.config.max_streams} streams are open on this server")
-    if state.closing:
-        state.metrics.stream_closed(entry)
-        raise Unavailable("the server is shutting down")
-    stream = LineStream(state.config.keepalive_seconds, lambda: state.closing)
+        raise refusal
+    stream = LineStream(config.keepalive_seconds, lambda: state.closing)
     state.streams.add(stream)
+    state.streams_of[principal.name] += 1
+
+    def forget() -> None:
+        if stream in state.streams:
+            state.streams.discard(stream)
+            state.streams_of[principal.name] -= 1
 
     async def body() -> Any:
         try:
             async for chunk in stream.chunks():
                 yield chunk
         finally:
-            state.streams.discard(stream)
+            forget()
 
+    # Opening may take long (a query's first row): a client that leaves meanwhile stops it.
+    gone = asyncio.create_task(_stop_on_disconnect(request, stream))
     try:
         await start_stream(
-            state.threads, stream, open_items, render, lambda: state.metrics.stream_closed(entry)
+            state.threads,
+            stream,
+            lambda: open_items(stream),
+            render,
+            lambda: state.metrics.stream_closed(entry),
         )
     except BaseException:
-        state.streams.discard(stream)
+        forget()
         raise
+    finally:
+        gone.cancel()
     return StreamingResponse(body(), media_type=NDJSON, headers={"Cache-Control": "no-store"})
 
 
 async def sql(request: Request, state: ServerState, principal: Principal) -> Response:
-    body = await read_body(request, state.config.max_body_bytes)
+    body = await _body(request, state)
     text = _text(body, "sql")
     params = _params(body)
     name = _path(request, "database")
     entry = state.metrics.stream_opened(name)
+    config = state.config
+    sent = 0
 
-    def open_items() -> Iterator[tuple[str, Any]]:
-        result = state.databases.get(name).execute_sql(text, params)
+    def open_items(stream: LineStream) -> Iterator[tuple[str, Any]]:
+        sandbox = SqlSandbox(
+            max_steps=config.sql_max_steps,
+            max_seconds=config.sql_max_seconds,
+            max_rows=config.sql_max_rows,
+            cancelled=lambda: stream.stopped or state.closing,
+        )
+        result = state.databases.get(name).execute_sql(text, params, sandbox=sandbox)
         return itertools.chain([("fields", result.fields)], (("row", row) for row in result))
 
     def render(item: tuple[str, Any]) -> bytes:
+        nonlocal sent
         kind, value = item
         if kind == "row":
             entry.records["row"] += 1
-        return orjson.dumps({"type": kind, kind: encode(value)}) + b"\n"
+        line = orjson.dumps({"type": kind, kind: encode(value)}) + b"\n"
+        sent += len(line)
+        if sent > config.sql_max_bytes:
+            raise ResourceExhausted(
+                f"the rows come to more than {config.sql_max_bytes} bytes, the most one "
+                "response may carry; add a LIMIT or page by key"
+            )
+        return line
 
-    return await _stream(request, state, entry, open_items, render)
+    return await _stream(request, state, principal, entry, open_items, render)
 
 
 async def read_change_stream(
     request: Request, state: ServerState, principal: Principal
 ) -> Response:
-    body = await read_body(request, state.config.max_body_bytes)
-    stream = _text(body, "stream")
+    body = await _body(request, state)
+    stream_name = _text(body, "stream")
     args = (
         decode(body.get("start_timestamp")),
         decode(body.get("end_timestamp")),
@@ -342,13 +405,13 @@ async def read_change_stream(
         decode(body.get("read_options")),
     )
     name = _path(request, "database")
-    entry = state.metrics.stream_opened(name, stream)
+    entry = state.metrics.stream_opened(name, stream_name)
 
-    def open_items() -> Iterator[_StreamItem]:
+    def open_items(stream: LineStream) -> Iterator[_StreamItem]:
         # EmbeddedDatabase.read_change_stream, but with data records left as stored JSON:
         # decoding and encoding them again would cost the server most of its time.
         db = state.databases.get(name)
-        return iter(ChangeStreamReader(db, validate(db, stream, *args), StoredDataChange))
+        return iter(ChangeStreamReader(db, validate(db, stream_name, *args), StoredDataChange))
 
     def render(record: _StreamItem) -> bytes:
         entry.records[record.record_type] += 1
@@ -361,7 +424,7 @@ async def read_change_stream(
             entry.position = record.start_timestamp
         return orjson.dumps(record_line(record)) + b"\n"
 
-    return await _stream(request, state, entry, open_items, render)
+    return await _stream(request, state, principal, entry, open_items, render)
 
 
 # -- partitions, splits, policy --------------------------------------------------------------
@@ -382,7 +445,7 @@ async def partition_history(request: Request, state: ServerState, principal: Pri
 
 def _split_or_merge(merge: bool) -> Handler:
     async def change(request: Request, state: ServerState, principal: Principal) -> Response:
-        body = await read_body(request, state.config.max_body_bytes)
+        body = await _body(request, state)
         table = _text(body, "table")
         key = decode(body.get("key"))
         if not isinstance(key, list):
@@ -402,7 +465,7 @@ async def get_split_policy(request: Request, state: ServerState, principal: Prin
 
 
 async def set_split_policy(request: Request, state: ServerState, principal: Principal) -> Response:
-    body = await read_body(request, state.config.max_body_bytes)
+    body = await _body(request, state)
     given = body.get("policy")
     policy = None if given is None else policy_from_json(given)
     changes = body.get("changes") or {}
@@ -422,7 +485,7 @@ async def rebalance(request: Request, state: ServerState, principal: Principal) 
 
 def _lease_op(op: str) -> Handler:
     async def run(request: Request, state: ServerState, principal: Principal) -> Response:
-        body = await read_body(request, state.config.max_body_bytes)
+        body = await _body(request, state)
         stream = _path(request, "stream")
         consumer = _text(body, "consumer")
 
@@ -453,15 +516,33 @@ async def lease_consumers(request: Request, state: ServerState, principal: Princ
 
 
 async def watch_source(request: Request, state: ServerState, principal: Principal) -> Response:
-    source = await _on_db(request, state, lambda db: db.ensure_watch_stream())
-    return JSONResponse(watch_source_to_json(source))
+    """The stream watch() reads. Creating it makes every later commit write its records, so
+    a read token only gets it once it exists: an admin token creates it (once)."""
+
+    def work(db: EmbeddedDatabase) -> Any:
+        if WATCH_STREAM not in db.catalog().streams and "admin" not in principal.scopes:
+            raise PermissionDenied(
+                f"watch() on {db.name!r} needs its change stream {WATCH_STREAM}, which does not "
+                "exist yet; a token with the admin scope creates it by calling watch() once"
+            )
+        return db.ensure_watch_stream()
+
+    return JSONResponse(watch_source_to_json(await _on_db(request, state, work)))
 
 
 # -- the server itself ------------------------------------------------------------------------
 
 
 async def list_databases(request: Request, state: ServerState, principal: Principal) -> Response:
-    return JSONResponse({"databases": await state.call(state.databases.names)})
+    entries = await state.call(state.databases.entries)
+    return JSONResponse(
+        {
+            "databases": [e.name for e in entries if e.problem is None],
+            "not_databases": [
+                {"name": e.name, "problem": e.problem} for e in entries if e.problem is not None
+            ],
+        }
+    )
 
 
 async def healthz(request: Request, state: ServerState, principal: Principal) -> Response:
@@ -474,7 +555,10 @@ async def metrics(request: Request, state: ServerState, principal: Principal) ->
     def partitions() -> list[tuple[str, str, int]]:
         counts = []
         for name in state.databases.names():
-            db = state.databases.get(name)
+            try:
+                db = state.databases.get(name)
+            except ChangeStreamError:  # changed under us since it was listed: leave it out
+                continue
             for stream in db.catalog().streams:
                 counts.append((name, stream, len(db.partitions(stream))))
         return counts

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from changestream.clock import Clock, format_ts, parse_ts
 from changestream.ddl.schema import SYSTEM_VALUE_CAPTURE_TYPE
-from changestream.errors import InvalidArgument, NotFound
+from changestream.errors import ChangeStreamError, InvalidArgument, NotFound
 from changestream.sql.statements import (
     DmlStatement,
     ReadFunctionCall,
@@ -27,6 +27,7 @@ from changestream.streams.capture import ChangeCapture
 from changestream.streams.interface import WatchSource
 from changestream.streams.read import ChangeStreamReader, validate
 from changestream.streams.records import ChangeRecord, googlesql_row, postgresql_row
+from changestream.streams.sandbox import SqlSandbox, run_select
 from changestream.streams.tokens import PartitionId, encode_token
 
 if TYPE_CHECKING:
@@ -174,8 +175,14 @@ class EmbeddedDatabase(Store):
         )
         return iter(ChangeStreamReader(self, request))
 
-    def execute_sql(self, sql: str, params: Params = None) -> ResultSet:
-        """Run a SELECT over user tables, or a change stream read function in either dialect."""
+    def execute_sql(
+        self, sql: str, params: Params = None, *, sandbox: SqlSandbox | None = None
+    ) -> ResultSet:
+        """Run a SELECT over user tables, or a change stream read function in either dialect.
+
+        Rows are fetched as they are iterated. ``sandbox`` holds a SELECT to user tables,
+        allowed functions and a budget (see :mod:`changestream.streams.sandbox`): pass one
+        for SQL from callers you do not trust; the server always does."""
         statement = parse_statement(sql, params)
         if isinstance(statement, ReadFunctionCall):
             records = self.read_change_stream(
@@ -195,16 +202,18 @@ class EmbeddedDatabase(Store):
                 "db.transaction()"
             )
         assert isinstance(statement, SelectQuery)
-        try:
-            cursor = self.connection().execute(statement.sql, statement.params)
-            rows = cursor.fetchall()
-        except sqlite3.Error as exc:
+        tables = self.catalog().tables
+
+        def translate(exc: sqlite3.Error) -> ChangeStreamError:
             if "no such table" in str(exc):
-                known = ", ".join(sorted(self.catalog().tables)) or "none"
-                raise NotFound(f"query failed: {exc} (tables: {known})") from exc
-            raise InvalidArgument(f"query failed: {exc}") from exc
-        fields = [d[0] for d in cursor.description or ()]
-        return ResultSet(fields, iter([list(row) for row in rows]))
+                known = ", ".join(sorted(tables)) or "none"
+                return NotFound(f"query failed: {exc} (tables: {known})")
+            return InvalidArgument(f"query failed: {exc}")
+
+        fields, rows = run_select(
+            self.connection(), statement.sql, statement.params, tables, sandbox, translate
+        )
+        return ResultSet(fields, rows)
 
     def _partitions(self, stream: str, pick: Callable[[int], list[Split]]) -> list[Partition]:
         entry = self.catalog().stream(stream)
