@@ -17,6 +17,7 @@ from changestream.errors import (
     InvalidToken,
     NotFound,
     OutOfRange,
+    ResourceExhausted,
 )
 from changestream.store.keys import KeyRange
 from changestream.store.leases import Lease
@@ -32,6 +33,7 @@ from changestream.streams.records import (
     HeartbeatRecord,
     Mod,
 )
+from changestream.streams.sandbox import SqlSandbox
 from changestream.types import COMMIT_TIMESTAMP
 from changestream.watch import ChangeStreamCursor, ClusterTime
 
@@ -117,7 +119,9 @@ __all__ = [
     "NotFound",
     "OutOfRange",
     "Partition",
+    "ResourceExhausted",
     "ResultSet",
+    "SqlSandbox",
     "Transaction",
     "TransactionLike",
     "__version__",
