@@ -334,6 +334,9 @@ def test_deeply_nested_parameters_are_a_clear_400(site: Site) -> None:
     deep = b'{"sql": "SELECT ?", "params": ' + b"[" * 1000 + b"]" * 1000 + b"}"
     response = site.call("POST", "/v1/databases/bank/sql", content=deep)
     refused(response, 400, "InvalidArgument", "more than 64 levels deep")
+    deeper = b'{"sql": "SELECT ?", "params": ' + b"[" * 1500 + b"]" * 1500 + b"}"
+    response = site.call("POST", "/v1/databases/bank/sql", content=deeper)
+    refused(response, 400, "InvalidArgument", "not valid JSON")
 
 
 @pytest.mark.usefixtures("unchanged")

@@ -17,20 +17,24 @@ from typing import Any, Literal
 import msgspec
 
 
-class Model(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
-    """A request or response body."""
+class Model(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """A response body (clients ignore fields they do not know, so the server may add some)."""
+
+
+class Request(Model, forbid_unknown_fields=True):
+    """A request body: a field the server does not know is an error, not silently dropped."""
 
 
 # -- requests ---------------------------------------------------------------------------------
 
 
-class DdlRequest(Model):
+class DdlRequest(Request):
     """DDL statements, applied atomically."""
 
     statements: str | list[str]
 
 
-class Mutation(Model):
+class Mutation(Request):
     """One buffered mutation: ``insert``/``update``/``insert_or_update``/``replace`` take
     ``columns`` and ``values`` (rows), ``delete`` takes ``keys`` (key lists or a $key_range)."""
 
@@ -41,7 +45,7 @@ class Mutation(Model):
     keys: Any = None
 
 
-class CommitRequest(Model):
+class CommitRequest(Request):
     """Mutations to apply and commit; with ``session``, the transaction DML opened."""
 
     mutations: list[Mutation] = []
@@ -49,7 +53,7 @@ class CommitRequest(Model):
     session: str | None = None
 
 
-class ExecuteUpdateRequest(Model):
+class ExecuteUpdateRequest(Request):
     """DML to run now, in a new server-side transaction or in ``session``."""
 
     dml: str
@@ -58,11 +62,11 @@ class ExecuteUpdateRequest(Model):
     tag: str | None = None
 
 
-class RollbackRequest(Model):
+class RollbackRequest(Request):
     session: str
 
 
-class ReadRequest(Model):
+class ReadRequest(Request):
     """Rows of a table: all, the given keys, or a $key_range; some columns or all."""
 
     table: str
@@ -70,50 +74,53 @@ class ReadRequest(Model):
     columns: list[str] | None = None
 
 
-class ReadSnapshotRequest(Model):
+class ReadSnapshotRequest(Request):
     table: str
     keys: Any = None
     columns: list[str] | None = None
-    limit: int | None = None
+    limit: Any = None
 
 
-class KindRequest(Model):
+class KindRequest(Request):
     kind: str
 
 
-class PutDocumentRequest(Model):
+# Arguments the engine checks itself are Any, so remote callers get the embedded messages.
+
+
+class PutDocumentRequest(Request):
     kind: str
     name: str
     body: Any = None
-    expected_version: int | None = None
+    expected_version: Any = None
 
 
-class DeleteDocumentRequest(Model):
+class DeleteDocumentRequest(Request):
     kind: str
     name: str
-    expected_version: int | None = None
+    expected_version: Any = None
 
 
-class AppendLogRequest(Model):
+class AppendLogRequest(Request):
     kind: str
     name: str
     entry: Any = None
 
 
-class ListLogRequest(Model):
+class ListLogRequest(Request):
     kind: str
     name: str
-    limit: int = 100
+    limit: Any = 100
 
 
-class SqlRequest(Model):
+class SqlRequest(Request):
     """A SELECT over user tables, or the read function in GoogleSQL or PostgreSQL syntax."""
 
     sql: str
     params: Any = None
 
 
-class ReadChangeStreamRequest(Model):
+class ReadChangeStreamRequest(Request):
     """The read function's arguments (timestamps: microseconds, RFC 3339 or $datetime)."""
 
     stream: str
@@ -124,36 +131,36 @@ class ReadChangeStreamRequest(Model):
     read_options: Any = None
 
 
-class KeyRequest(Model):
+class KeyRequest(Request):
     """A split point: a table and a key (a list of key values)."""
 
     table: str
     key: Any = None
 
 
-class SetSplitPolicyRequest(Model):
+class SetSplitPolicyRequest(Request):
     """A whole policy, or changes to some of its fields."""
 
     policy: dict[str, Any] | None = None
     changes: dict[str, Any] | None = None
 
 
-class ConsumerRequest(Model):
+class ConsumerRequest(Request):
     consumer: str
 
 
-class LeaseGetRequest(Model):
+class LeaseGetRequest(Request):
     consumer: str
     status_type: str
     status_value: str
 
 
-class LeaseChangeRequest(Model):
+class LeaseChangeRequest(Request):
     consumer: str
     lease: dict[str, Any]
 
 
-class NoBody(Model):
+class NoBody(Request):
     """An empty object (or no body at all)."""
 
 
@@ -375,7 +382,7 @@ class Endpoint:
     path: str
     scope: str | None
     summary: str
-    request: type[Model] | None = None
+    request: type[Request] | None = None
     response: Any = None
     stream: bool = False
     query: tuple[str, ...] = ()

@@ -20,7 +20,8 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from changestream import errors
-from changestream.server.api import ENDPOINTS, Endpoint, Model
+from changestream.server.api import ENDPOINTS, Endpoint
+from changestream.server.api import Request as RequestModel
 from changestream.server.auth import Principal
 from changestream.server.databases import Databases
 from changestream.server.metrics import Metrics
@@ -33,7 +34,7 @@ from changestream.server.workers import WorkerThreads
 _log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-M = TypeVar("M", bound=Model)
+M = TypeVar("M", bound=RequestModel)
 
 
 class Authenticator(Protocol):
@@ -60,8 +61,6 @@ class ServerConfig:
     max_calls: int = 64
     #: Streaming responses one token (principal) may have open at once.
     max_streams_per_token: int = 64
-    #: Deepest nesting of arrays and objects a request body may have.
-    max_nesting: int = 64
     #: What one SQL statement may spend: VM steps, seconds of running, rows returned.
     sql_max_steps: int = 200_000_000
     sql_max_seconds: float = 10.0
@@ -139,7 +138,7 @@ def endpoint(declared: Endpoint, handler: Handler) -> Callable[[Request], Awaita
             body = None
             if declared.request is not None:
                 config = state.config
-                raw = await read_body(request, config.max_body_bytes, config.max_nesting)
+                raw = await read_body(request, config.max_body_bytes)
                 body = to_model(raw, declared.request)
             answer = await handler(request, state, principal, body)
             if isinstance(answer, Response):
@@ -167,29 +166,9 @@ def to_model(raw: dict[str, Any], model: type[M]) -> M:
         raise errors.InvalidArgument(f"invalid request body: {exc}") from exc
 
 
-def check_nesting(value: Any, limit: int) -> None:
-    """Refuse a value nested deeper than ``limit`` arrays and objects (checked without
-    recursion, so any depth orjson accepts is refused cleanly)."""
-    level: list[Any] = [value]
-    depth = 0
-    while level:
-        depth += 1
-        if depth > limit:
-            raise errors.InvalidArgument(
-                f"the request body nests arrays and objects more than {limit} levels deep"
-            )
-        level = [
-            child
-            for item in level
-            if isinstance(item, dict | list)
-            for child in (item.values() if isinstance(item, dict) else item)
-            if isinstance(child, dict | list)
-        ]
-
-
-async def read_body(request: Request, limit: int, max_nesting: int = 64) -> dict[str, Any]:
-    """The request's JSON object body, refusing bodies over ``limit`` bytes or nested deeper
-    than ``max_nesting``."""
+async def read_body(request: Request, limit: int) -> dict[str, Any]:
+    """The request's JSON object body, refusing bodies over ``limit`` bytes (orjson refuses
+    nesting deeper than 1024; :func:`.values.decode` refuses values deeper than 64)."""
     declared = request.headers.get("content-length")
     too_large = RequestTooLarge(f"the request body is larger than {limit} bytes")
     if declared is not None and declared.isdigit() and int(declared) > limit:
@@ -208,7 +187,6 @@ async def read_body(request: Request, limit: int, max_nesting: int = 64) -> dict
         body = orjson.loads(b"".join(chunks) or b"{}")
     except orjson.JSONDecodeError as exc:
         raise errors.InvalidArgument(f"the request body is not valid JSON: {exc}") from exc
-    check_nesting(body, max_nesting)
     if not isinstance(body, dict):
         raise errors.InvalidArgument(
             f"the request body must be a JSON object, got {type(body).__name__}"

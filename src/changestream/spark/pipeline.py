@@ -44,6 +44,7 @@ from changestream.errors import (
     NotFound,
     Unavailable,
 )
+from changestream.retry import retrying
 from changestream.spark.backfill import (
     DONE_PREFIX,
     PLAN,
@@ -414,20 +415,28 @@ class Pipeline:
         for event in events:
             by_object[event.object].append(event)
         for obj, obj_events in sorted(by_object.items()):
-            for attempt in range(1, self.options.attempts + 1):
-                try:
-                    self._files.write_batch(obj_events, batch_key)
-                    if self.definition.replica is not None:
-                        self._replica(obj_events[0]).apply(obj_events)
-                    break
-                except RETRIABLE as exc:
-                    message = f"{type(exc).__name__}: {exc} (attempt {attempt})"
-                    self.catalog.record_error(self.name, obj, message, retriable=True)
-                    if attempt == self.options.attempts:
-                        raise _BatchError(obj, message, True) from exc
-                    time.sleep(self.options.backoff_seconds * 2 ** (attempt - 1))
-                except ChangeStreamError as exc:
-                    raise _BatchError(obj, f"{type(exc).__name__}: {exc}", False) from exc
+            message = ""
+            try:
+                for attempt in retrying(
+                    lambda exc: isinstance(exc, RETRIABLE),
+                    first=self.options.backoff_seconds,
+                    most=self.options.backoff_seconds * 2 ** (self.options.attempts - 1),
+                    attempts=self.options.attempts,
+                ):
+                    with attempt:
+                        try:
+                            self._files.write_batch(obj_events, batch_key)
+                            if self.definition.replica is not None:
+                                self._replica(obj_events[0]).apply(obj_events)
+                        except RETRIABLE as exc:
+                            number = attempt.retry_state.attempt_number
+                            message = f"{type(exc).__name__}: {exc} (attempt {number})"
+                            self.catalog.record_error(self.name, obj, message, retriable=True)
+                            raise
+            except RETRIABLE as exc:
+                raise _BatchError(obj, message, True) from exc
+            except ChangeStreamError as exc:
+                raise _BatchError(obj, f"{type(exc).__name__}: {exc}", False) from exc
 
     def _replica(self, event: Event) -> DeltaReplica:
         key = (event.object, event.schema_key)
