@@ -160,6 +160,19 @@ class LeaseChangeRequest(Request):
     lease: dict[str, Any]
 
 
+class CreateStreamRequest(Request):
+    """A Datastream-style stream: ``definition`` has the fields of
+    ``changestream.datastream.StreamDefinition`` (name, change_stream, destination, ...)."""
+
+    definition: dict[str, Any]
+
+
+class StreamStateRequest(Request):
+    """A user's lifecycle verb: start (Not started/Paused → Starting), pause, resume, drain."""
+
+    verb: Literal["start", "pause", "resume", "drain"]
+
+
 class NoBody(Request):
     """An empty object (or no body at all)."""
 
@@ -283,6 +296,21 @@ class WatchSourceResponse(Model):
 
 class Empty(Model):
     pass
+
+
+class StreamSummary(Model):
+    name: str
+    state: str
+    definition: dict[str, Any]
+
+
+class StreamList(Model):
+    streams: list[StreamSummary]
+
+
+class StreamState(Model):
+    name: str
+    state: str
 
 
 class ErrorDetail(Model):
@@ -628,5 +656,54 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         Deleted,
     ),
 )
+
+#: Datastream-style streams as REST resources (as Kafka Connect's connectors): the pipeline
+#: reads the same definitions.
+STREAM_RESOURCES: tuple[Endpoint, ...] = (
+    Endpoint(
+        "list_streams",
+        "GET",
+        DB + "/streams",
+        "read",
+        "Datastream streams defined in the database",
+        response=StreamList,
+    ),
+    Endpoint(
+        "create_stream",
+        "POST",
+        DB + "/streams",
+        "admin",
+        "Define a stream (Not started)",
+        CreateStreamRequest,
+        StreamSummary,
+    ),
+    Endpoint(
+        "describe_stream",
+        "GET",
+        STREAM,
+        "read",
+        "A stream: state, definition, backfill per object, progress and lag",
+        response=dict[str, Any],
+    ),
+    Endpoint(
+        "delete_stream",
+        "DELETE",
+        STREAM,
+        "admin",
+        "Delete a stream no pipeline works on (its files stay)",
+        response=Empty,
+    ),
+    Endpoint(
+        "change_stream_state",
+        "PUT",
+        STREAM + "/state",
+        "write",
+        "Move a stream through its lifecycle (start, pause, resume, drain)",
+        StreamStateRequest,
+        StreamState,
+    ),
+)
+
+ENDPOINTS = ENDPOINTS + STREAM_RESOURCES
 
 BY_NAME = {endpoint.name: endpoint for endpoint in ENDPOINTS}

@@ -20,6 +20,8 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response, StreamingResponse
 
 from changestream.clock import parse_ts
+from changestream.datastream.catalog import StreamCatalog, StreamInfo
+from changestream.datastream.definition import StreamDefinition
 from changestream.errors import (
     ChangeStreamError,
     FailedPrecondition,
@@ -557,6 +559,58 @@ async def watch_source(
     return api.WatchSourceResponse(**watch_source_to_json(source))
 
 
+# -- Datastream-style streams ----------------------------------------------------------------
+
+
+def _summary(info: StreamInfo) -> api.StreamSummary:
+    definition = info.definition.to_dict()
+    return api.StreamSummary(name=info.name, state=info.state.value, definition=definition)
+
+
+async def list_streams(
+    request: Request, state: ServerState, principal: Principal, _: None
+) -> api.StreamList:
+    found = await _on_db(request, state, lambda db: StreamCatalog(db).list())
+    return api.StreamList(streams=[_summary(info) for info in found])
+
+
+async def create_stream(
+    request: Request, state: ServerState, principal: Principal, body: api.CreateStreamRequest
+) -> api.StreamSummary:
+    try:
+        definition = StreamDefinition.from_dict(body.definition)
+    except TypeError as exc:  # unknown or missing fields
+        raise InvalidArgument(f"invalid stream definition: {exc}") from exc
+    info = await _on_db(request, state, lambda db: StreamCatalog(db).create(definition))
+    return _summary(info)
+
+
+async def describe_stream(
+    request: Request, state: ServerState, principal: Principal, _: None
+) -> dict[str, Any]:
+    name = _path(request, "stream")
+    described: dict[str, Any] = await _on_db(
+        request, state, lambda db: StreamCatalog(db).describe(name)
+    )
+    return described
+
+
+async def delete_stream(
+    request: Request, state: ServerState, principal: Principal, _: None
+) -> api.Empty:
+    name = _path(request, "stream")
+    await _on_db(request, state, lambda db: StreamCatalog(db).delete(name))
+    return api.Empty()
+
+
+async def change_stream_state(
+    request: Request, state: ServerState, principal: Principal, body: api.StreamStateRequest
+) -> api.StreamState:
+    name = _path(request, "stream")
+    moved = await _on_db(request, state, lambda db: StreamCatalog(db).transition(name, body.verb))
+    return api.StreamState(name=name, state=moved.value)
+
+
 # -- the server itself ------------------------------------------------------------------------
 
 
@@ -654,6 +708,11 @@ HANDLERS: dict[str, Handler] = {
     "leases_insert_if_absent": leases_insert_if_absent,
     "leases_update": leases_update,
     "leases_delete": leases_delete,
+    "list_streams": list_streams,
+    "create_stream": create_stream,
+    "describe_stream": describe_stream,
+    "delete_stream": delete_stream,
+    "change_stream_state": change_stream_state,
 }
 
 #: (path, method, scope or None for public, handler) of every endpoint.
