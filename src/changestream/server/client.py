@@ -26,7 +26,6 @@ from __future__ import annotations
 import datetime as dt
 import os
 import ssl
-import time
 import urllib.parse
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import suppress
@@ -99,6 +98,14 @@ def connect(
     ``verify``: check the server's TLS certificate (a path names the CA bundle to trust).
     """
     return RemoteDatabase(url, token, timeout, reconnect_timeout, verify)
+
+
+class _Busy(Exception):
+    """The server answered 503 (it is shutting down): worth asking again."""
+
+    def __init__(self, error: ChangeStreamError) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 class RemoteDatabase:
@@ -201,12 +208,14 @@ class RemoteDatabase:
                 f"the server answered {endpoint.path} with an unexpected body: {exc}"
             ) from exc
 
-    def _open_stream(self, name: str, body: api.Request, reconnecting: bool) -> httpx.Response:
-        """POST a streaming request and return the response once the server accepted it."""
-        deadline = time.monotonic() + self._reconnect_timeout
+    def _open_stream(self, name: str, body: api.Request, reconnect: bool) -> httpx.Response:
+        """POST a streaming request and return the response once the server accepted it;
+        with ``reconnect``, a server answering 503 (shutting down) is asked again (the next
+        one may be up) for up to ``reconnect_timeout`` seconds."""
         path = self._path(api.BY_NAME[name], None)
         content = msgspec.json.encode(body)
-        while True:
+
+        def attempt() -> httpx.Response:
             request = self._client.build_request("POST", path, content=content, headers=_JSON)
             response = self._send(request, stream=True, idempotent=True)
             if response.status_code < 400:
@@ -214,10 +223,12 @@ class RemoteDatabase:
             response.read()
             response.close()
             error = _error_of(response)
-            # A restarting server answers 503 while it shuts down: wait for the next one.
-            if not (reconnecting and response.status_code == 503 and time.monotonic() < deadline):
-                raise error
-            time.sleep(0.1)
+            raise _Busy(error) if reconnect and response.status_code == 503 else error
+
+        try:
+            return reconnecting(self._reconnect_timeout, lambda e: isinstance(e, _Busy))(attempt)
+        except _Busy as busy:
+            raise busy.error from None
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -339,7 +350,7 @@ class RemoteDatabase:
                 return ResultSet(["read_json_" + statement.stream], map(postgresql_row, records))
             return ResultSet(["ChangeRecord"], map(googlesql_row, records))
         body = api.SqlRequest(sql=sql, params=encode(params))
-        response = self._open_stream("sql", body, reconnecting=False)
+        response = self._open_stream("sql", body, reconnect=False)
         lines = _lines(response)
         try:
             first = next(lines, None)
@@ -369,7 +380,7 @@ class RemoteDatabase:
             heartbeat_milliseconds=encode(heartbeat_milliseconds),
             read_options=encode(read_options),
         )
-        response = self._open_stream("read_change_stream", body, reconnecting=False)
+        response = self._open_stream("read_change_stream", body, reconnect=False)
         return self._records(body, response)
 
     def _records(
@@ -411,7 +422,7 @@ class RemoteDatabase:
                     # Records of the last transaction may span the cut: start at its timestamp
                     # and skip what was returned (``_returned``).
                     body = msgspec.structs.replace(body, start_timestamp=max(positions))
-                response = self._open_stream("read_change_stream", body, reconnecting=True)
+                response = self._open_stream("read_change_stream", body, reconnect=True)
         finally:
             response.close()
 
