@@ -381,6 +381,7 @@ def test_health_metrics_openapi_and_docs(
     docs = httpx.get(base + "/docs")
     assert docs.status_code == 200 and "openapi.json" in docs.text
     assert "SwaggerUIBundle" in docs.text
+    assert "https://" not in docs.text  # every asset comes from this server
     bundle = httpx.get(base + "/docs/static/swagger-ui-bundle.js")
     assert bundle.status_code == 200 and len(bundle.content) > 100_000
 

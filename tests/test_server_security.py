@@ -27,6 +27,7 @@ from changestream.server.app import ServerState
 from changestream.server.serve import RunningServer, serve_in_thread
 from changestream.streams.sandbox import SqlSandbox
 from tests.conftest import ACCOUNT_BALANCE
+from tests.server_support import free_port, spawn_server
 
 RECURSIVE = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c"
 
@@ -369,6 +370,26 @@ def test_open_streams_per_token_are_limited(site: Site) -> None:
             # Another token is not held to this one's streams.
             with client.stream("POST", path, content=body, headers=other) as third:
                 assert third.status_code == 200
+
+
+def test_the_serve_command_takes_the_limits_and_follow_symlinks(site: Site) -> None:
+    port = free_port()
+    process = spawn_server(
+        str(site.directory),
+        port,
+        "--insecure-no-auth",
+        "--sql-max-seconds",
+        "0.3",
+        "--follow-symlinks",
+    )
+    try:
+        url = f"http://127.0.0.1:{port}/v1/databases"
+        stopped = httpx.post(f"{url}/bank/sql", content=orjson.dumps({"sql": RECURSIVE}))
+        refused(stopped, 429, "ResourceExhausted", "longer than 0.3 s")
+        assert httpx.get(f"{url}/outside/tables").status_code == 200
+    finally:
+        process.terminate()
+        process.wait(30)
 
 
 def test_the_server_logged_no_tracebacks(site: Site) -> None:

@@ -41,6 +41,27 @@ from changestream.errors import InvalidArgument
     help="Largest request body accepted.",
 )
 @click.option(
+    "--sql-max-seconds",
+    default=10.0,
+    show_default=True,
+    type=click.FloatRange(min=0.01),
+    help="Seconds one SQL statement may run before it is stopped.",
+)
+@click.option(
+    "--sql-max-rows",
+    default=100_000,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Rows one SQL response may carry.",
+)
+@click.option(
+    "--max-streams-per-token",
+    default=64,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Streaming responses one token may have open at once.",
+)
+@click.option(
     "--follow-symlinks",
     is_flag=True,
     help="Serve NAME.db symlinks whose target lies outside the directory (refused by default).",
@@ -55,6 +76,9 @@ def serve(
     tls_key: str | None,
     keepalive: float,
     max_body_bytes: int,
+    sql_max_seconds: float,
+    sql_max_rows: int,
+    max_streams_per_token: int,
     follow_symlinks: bool,
 ) -> None:
     """Serve the database file PATH, or every NAME.db file in directory PATH, over HTTP.
@@ -92,7 +116,13 @@ def serve(
             bold=True,
             err=True,
         )
-    config = ServerConfig(keepalive_seconds=keepalive, max_body_bytes=max_body_bytes)
+    config = ServerConfig(
+        keepalive_seconds=keepalive,
+        max_body_bytes=max_body_bytes,
+        sql_max_seconds=sql_max_seconds,
+        sql_max_rows=sql_max_rows,
+        max_streams_per_token=max_streams_per_token,
+    )
     server = make_server(create_app(databases, auth, config), host, port, tls_cert, tls_key)
     scheme = "https" if tls_cert else "http"
     names = ", ".join(databases.names()) or "none yet"
