@@ -21,10 +21,10 @@ from starlette.staticfiles import StaticFiles
 
 from changestream import errors
 from changestream.server.api import ENDPOINTS, Endpoint
-from changestream.server.api import Request as RequestModel
 from changestream.server.auth import Principal
 from changestream.server.databases import Databases
 from changestream.server.metrics import Metrics
+from changestream.server.models import Request as RequestModel
 from changestream.server.sessions import Sessions
 from changestream.server.statuses import RequestTooLarge, http_status
 from changestream.server.streaming import LineStream

@@ -45,7 +45,7 @@ from changestream.errors import (
     Unavailable,
 )
 from changestream.retry import reconnecting
-from changestream.server import api
+from changestream.server import api, models
 from changestream.server.values import decode, encode
 from changestream.server.wire import (
     action_from_json,
@@ -182,7 +182,7 @@ class RemoteDatabase:
     def _invoke(
         self,
         name: str,
-        body: api.Request | None = None,
+        body: models.Request | None = None,
         *,
         stream: str | None = None,
         query: dict[str, str] | None = None,
@@ -208,7 +208,7 @@ class RemoteDatabase:
                 f"the server answered {endpoint.path} with an unexpected body: {exc}"
             ) from exc
 
-    def _open_stream(self, name: str, body: api.Request, reconnect: bool) -> httpx.Response:
+    def _open_stream(self, name: str, body: models.Request, reconnect: bool) -> httpx.Response:
         """POST a streaming request and return the response once the server accepted it;
         with ``reconnect``, a server answering 503 (shutting down) is asked again (the next
         one may be up) for up to ``reconnect_timeout`` seconds."""
@@ -251,7 +251,7 @@ class RemoteDatabase:
     def execute_ddl(self, statements: str | Sequence[str]) -> int:
         """Apply DDL statements atomically on the server; returns their commit timestamp."""
         texts = statements if isinstance(statements, str) else list(statements)
-        reply = self._invoke("ddl", api.DdlRequest(statements=texts), idempotent=False)
+        reply = self._invoke("ddl", models.DdlRequest(statements=texts), idempotent=False)
         return int(reply.commit_timestamp)
 
     def transaction(self, tag: str | None = None) -> RemoteTransaction:
@@ -265,7 +265,7 @@ class RemoteDatabase:
         columns: Sequence[str] | None = None,
     ) -> list[tuple[Any, ...]]:
         """Rows of ``table`` in key order: all rows, the given keys, or a KeyRange."""
-        body = api.ReadRequest(
+        body = models.ReadRequest(
             table=table,
             keys=None if keys is None else encode(keys),
             columns=None if columns is None else list(columns),
@@ -282,7 +282,7 @@ class RemoteDatabase:
     ) -> SnapshotRead:
         """Rows of ``table`` in key order (all, or a KeyRange; the first ``limit``) read in one
         snapshot on the server, with that snapshot's commit timestamp."""
-        body = api.ReadSnapshotRequest(
+        body = models.ReadSnapshotRequest(
             table=table,
             keys=None if keys is None else encode(keys),
             columns=None if columns is None else list(columns),
@@ -302,7 +302,7 @@ class RemoteDatabase:
 
     def system_documents(self, kind: str) -> dict[str, SystemDocument]:
         """Every system document of ``kind``, by name."""
-        reply = self._invoke("documents_list", api.KindRequest(kind=kind))
+        reply = self._invoke("documents_list", models.KindRequest(kind=kind))
         return {d.name: SystemDocument(d.name, d.version, decode(d.body)) for d in reply.documents}
 
     def put_system_document(
@@ -310,7 +310,7 @@ class RemoteDatabase:
     ) -> int:
         """Write a system document if it is at ``expected_version`` (None: only if it does not
         exist); returns the new version. AlreadyExists / FailedPrecondition otherwise."""
-        request = api.PutDocumentRequest(
+        request = models.PutDocumentRequest(
             kind=kind, name=name, body=encode(body), expected_version=expected_version
         )
         # Not repeated on a broken connection: a repeat would find its own write and fail.
@@ -320,17 +320,19 @@ class RemoteDatabase:
         self, kind: str, name: str, expected_version: int | None = None
     ) -> bool:
         """Remove a system document and its log; True when it existed."""
-        request = api.DeleteDocumentRequest(kind=kind, name=name, expected_version=expected_version)
+        request = models.DeleteDocumentRequest(
+            kind=kind, name=name, expected_version=expected_version
+        )
         return bool(self._invoke("documents_delete", request, idempotent=False).deleted)
 
     def append_system_log(self, kind: str, name: str, entry: Mapping[str, Any]) -> None:
         """Append a JSON object to the log of kind/name; it is stamped with ``time`` (µs)."""
-        request = api.AppendLogRequest(kind=kind, name=name, entry=encode(entry))
+        request = models.AppendLogRequest(kind=kind, name=name, entry=encode(entry))
         self._invoke("log_append", request, idempotent=False)
 
     def system_log(self, kind: str, name: str, limit: int = 100) -> list[dict[str, Any]]:
         """The last ``limit`` entries of the log of kind/name, oldest first."""
-        request = api.ListLogRequest(kind=kind, name=name, limit=limit)
+        request = models.ListLogRequest(kind=kind, name=name, limit=limit)
         return list(decode(self._invoke("log_list", request).entries))
 
     def execute_sql(self, sql: str, params: Params = None) -> ResultSet:
@@ -349,7 +351,7 @@ class RemoteDatabase:
             if statement.dialect == "postgresql":
                 return ResultSet(["read_json_" + statement.stream], map(postgresql_row, records))
             return ResultSet(["ChangeRecord"], map(googlesql_row, records))
-        body = api.SqlRequest(sql=sql, params=encode(params))
+        body = models.SqlRequest(sql=sql, params=encode(params))
         response = self._open_stream("sql", body, reconnect=False)
         lines = _lines(response)
         try:
@@ -372,7 +374,7 @@ class RemoteDatabase:
         read_options: Any = None,
     ) -> Iterator[ChangeRecord]:
         """The read function, streamed from the server; resumes across broken connections."""
-        body = api.ReadChangeStreamRequest(
+        body = models.ReadChangeStreamRequest(
             stream=stream,
             start_timestamp=encode(start_timestamp),
             end_timestamp=encode(end_timestamp),
@@ -384,7 +386,7 @@ class RemoteDatabase:
         return self._records(body, response)
 
     def _records(
-        self, body: api.ReadChangeStreamRequest, response: httpx.Response
+        self, body: models.ReadChangeStreamRequest, response: httpx.Response
     ) -> Iterator[ChangeRecord]:
         last_data: tuple[int, int] | None = None
         last_heartbeat: int | None = None
@@ -439,12 +441,12 @@ class RemoteDatabase:
 
     def split_at(self, table: str, key: Sequence[Any]) -> int:
         """Split the split holding ``key`` of ``table`` at that key; returns the split time."""
-        body = api.KeyRequest(table=table, key=encode(key))
+        body = models.KeyRequest(table=table, key=encode(key))
         return int(self._invoke("split", body, idempotent=False).timestamp)
 
     def merge_at(self, table: str, key: Sequence[Any]) -> int:
         """Merge the two splits meeting at ``key`` of ``table``; returns the merge time."""
-        body = api.KeyRequest(table=table, key=encode(key))
+        body = models.KeyRequest(table=table, key=encode(key))
         return int(self._invoke("merge", body, idempotent=False).timestamp)
 
     def split_policy(self) -> SplitPolicy:
@@ -453,14 +455,14 @@ class RemoteDatabase:
 
     def set_split_policy(self, policy: SplitPolicy | None = None, **changes: Any) -> SplitPolicy:
         """Replace the split policy, or change some of its settings; returns the new one."""
-        body = api.SetSplitPolicyRequest(
+        body = models.SetSplitPolicyRequest(
             policy=None if policy is None else policy.to_dict(), changes=changes
         )
         return policy_from_json(self._invoke("set_split_policy", body))
 
     def rebalance(self) -> list[Action]:
         """Apply the split policy now; returns the splits and merges made."""
-        reply = self._invoke("rebalance", api.NoBody(), idempotent=False)
+        reply = self._invoke("rebalance", models.NoBody(), idempotent=False)
         return [action_from_json(a) for a in reply.actions]
 
     def leases(self, stream: str, consumer: str) -> RemoteLeaseTable:
@@ -474,7 +476,7 @@ class RemoteDatabase:
     def ensure_watch_stream(self) -> WatchSource:
         """The internal change stream watch() reads, created on first use (which takes a
         token with the admin scope: a read token cannot make reading write)."""
-        reply = self._invoke("watch_source", api.NoBody())
+        reply = self._invoke("watch_source", models.NoBody())
         return WatchSource(reply.stream, reply.database, reply.now)
 
     def watch(
@@ -520,7 +522,7 @@ class RemoteTransaction(MutationMethods):
             raise InvalidArgument(f"tag must be a string, got {tag!r}")
         self._db = db
         self.tag = tag or ""
-        self._mutations: list[api.Mutation] = []
+        self._mutations: list[models.Mutation] = []
         self._session: str | None = None
         self._done = False
         #: The commit timestamp, set by a successful commit.
@@ -548,7 +550,7 @@ class RemoteTransaction(MutationMethods):
         if isinstance(columns, str):
             raise InvalidArgument(f"columns must be a list of names, got the string {columns!r}")
         self._mutations.append(
-            api.Mutation(op=op, table=table, columns=list(columns), values=encode(values))  # type: ignore[arg-type]
+            models.Mutation(op=op, table=table, columns=list(columns), values=encode(values))  # type: ignore[arg-type]
         )
 
     def delete(self, table: str, keys: Sequence[Sequence[Any]] | KeyRange) -> None:
@@ -558,12 +560,12 @@ class RemoteTransaction(MutationMethods):
             isinstance(keys, str | bytes) or not isinstance(keys, Sequence)
         ):
             raise InvalidArgument(f"keys must be a list of key tuples or a KeyRange, got {keys!r}")
-        self._mutations.append(api.Mutation(op="delete", table=table, keys=encode(keys)))
+        self._mutations.append(models.Mutation(op="delete", table=table, keys=encode(keys)))
 
     def execute_update(self, dml: str, params: Params = None) -> int:
         """Run an INSERT, UPDATE or DELETE on the server now; returns the rows it changed."""
         self._check_open()
-        body = api.ExecuteUpdateRequest(
+        body = models.ExecuteUpdateRequest(
             session=self._session, tag=self.tag, dml=dml, params=encode(params)
         )
         reply = self._db._invoke("execute_update", body, idempotent=False)
@@ -574,7 +576,7 @@ class RemoteTransaction(MutationMethods):
         """Send the mutations and commit; returns the commit timestamp."""
         self._check_open()
         self._done = True
-        body = api.CommitRequest(tag=self.tag, session=self._session, mutations=self._mutations)
+        body = models.CommitRequest(tag=self.tag, session=self._session, mutations=self._mutations)
         reply = self._db._invoke("commit", body, idempotent=False)
         self.commit_timestamp = to_datetime(reply.commit_timestamp)
         return self.commit_timestamp
@@ -587,7 +589,7 @@ class RemoteTransaction(MutationMethods):
         if self._session is not None:
             # If this fails, the server rolls the abandoned transaction back after its timeout.
             with suppress(ChangeStreamError):
-                self._db._invoke("rollback", api.RollbackRequest(session=self._session))
+                self._db._invoke("rollback", models.RollbackRequest(session=self._session))
 
 
 class RemoteLeaseTable:
@@ -599,18 +601,18 @@ class RemoteLeaseTable:
         self._consumer = consumer
 
     def _change(self, name: str, lease: Lease) -> Any:
-        body = api.LeaseChangeRequest(consumer=self._consumer, lease=lease_to_json(lease))
+        body = models.LeaseChangeRequest(consumer=self._consumer, lease=lease_to_json(lease))
         return self._db._invoke(name, body, stream=self._stream, idempotent=False)
 
     def list_leases(self) -> list[Lease]:
         """Every row of this consumer group, in key order."""
-        body = api.ConsumerRequest(consumer=self._consumer)
+        body = models.ConsumerRequest(consumer=self._consumer)
         reply = self._db._invoke("leases_list", body, stream=self._stream)
         return [lease_from_json(x) for x in reply.leases]
 
     def get(self, status_type: str, status_value: str) -> Lease | None:
         """The row with this key, or None."""
-        body = api.LeaseGetRequest(
+        body = models.LeaseGetRequest(
             consumer=self._consumer, status_type=status_type, status_value=status_value
         )
         reply = self._db._invoke("leases_get", body, stream=self._stream)
@@ -633,7 +635,7 @@ class RemoteLeaseTable:
 # -- helpers ------------------------------------------------------------------------------------
 
 
-def _partition(given: api.Partition) -> Partition:
+def _partition(given: models.Partition) -> Partition:
     return Partition(
         token=given.token,
         start_timestamp=given.start_timestamp,

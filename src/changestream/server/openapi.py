@@ -14,7 +14,7 @@ import msgspec
 import swagger_ui
 
 import changestream
-from changestream.server import api
+from changestream.server import api, models
 
 #: Swagger UI's files, served under ``/docs/static``.
 SWAGGER_UI_STATIC = os.path.join(os.path.dirname(swagger_ui.__file__), "static")
@@ -86,7 +86,7 @@ def _operation(endpoint: api.Endpoint, schemas: dict[Any, Any]) -> dict[str, Any
 @cache
 def openapi_document() -> dict[str, Any]:
     """The OpenAPI 3.1 document of every declared endpoint, with every schema."""
-    types: list[Any] = [api.Error]
+    types: list[Any] = [models.Error]
     for endpoint in api.ENDPOINTS:
         types += [t for t in (endpoint.request, endpoint.response) if t is not None]
     unique = list(dict.fromkeys(types))

@@ -30,7 +30,7 @@ from changestream.errors import (
     ResourceExhausted,
     Unavailable,
 )
-from changestream.server import api
+from changestream.server import api, models
 from changestream.server.app import Handler, JSONResponse, ServerState
 from changestream.server.auth import Principal
 from changestream.server.metrics import CONTENT_TYPE, OpenStream
@@ -106,7 +106,7 @@ async def _on_db(
 # -- transactions -------------------------------------------------------------------------
 
 
-def _buffer(tx: Transaction, mutations: list[api.Mutation]) -> int:
+def _buffer(tx: Transaction, mutations: list[models.Mutation]) -> int:
     """Hand the wire mutations to the transaction; returns the rows they write."""
     rows = 0
     for index, mutation in enumerate(mutations):
@@ -125,7 +125,7 @@ def _buffer(tx: Transaction, mutations: list[api.Mutation]) -> int:
     return rows
 
 
-def _commit(tx: Transaction, mutations: list[api.Mutation]) -> tuple[int, int]:
+def _commit(tx: Transaction, mutations: list[models.Mutation]) -> tuple[int, int]:
     """Buffer the mutations and commit; (commit timestamp, rows written). Nothing is applied
     unless everything is: a bad mutation rolls the whole transaction back."""
     try:
@@ -138,8 +138,8 @@ def _commit(tx: Transaction, mutations: list[api.Mutation]) -> tuple[int, int]:
 
 
 async def commit(
-    request: Request, state: ServerState, principal: Principal, body: api.CommitRequest
-) -> api.CommitTimestamp:
+    request: Request, state: ServerState, principal: Principal, body: models.CommitRequest
+) -> models.CommitTimestamp:
     tag, mutations, key = body.tag, body.mutations, body.session
     database = _path(request, "database")
     if key is None:
@@ -151,12 +151,12 @@ async def commit(
         stamp, rows = await session.call(lambda tx: _commit(tx, mutations), final=True)
         rows += session.dml_rows
     state.metrics.committed(database, rows)
-    return api.CommitTimestamp(commit_timestamp=stamp)
+    return models.CommitTimestamp(commit_timestamp=stamp)
 
 
 async def execute_update(
-    request: Request, state: ServerState, principal: Principal, body: api.ExecuteUpdateRequest
-) -> api.ExecuteUpdateResponse:
+    request: Request, state: ServerState, principal: Principal, body: models.ExecuteUpdateRequest
+) -> models.ExecuteUpdateResponse:
     dml, params, key = body.dml, _params(body.params), body.session
     database = _path(request, "database")
     if key is None:
@@ -172,109 +172,113 @@ async def execute_update(
         session = state.sessions.get(key, principal.name, database)
         count = await session.call(lambda tx: tx.execute_update(dml, params))
     session.dml_rows += count
-    return api.ExecuteUpdateResponse(session=session.key, row_count=count)
+    return models.ExecuteUpdateResponse(session=session.key, row_count=count)
 
 
 async def rollback(
-    request: Request, state: ServerState, principal: Principal, body: api.RollbackRequest
-) -> api.Empty:
+    request: Request, state: ServerState, principal: Principal, body: models.RollbackRequest
+) -> models.Empty:
     try:
         session = state.sessions.get(body.session, principal.name, _path(request, "database"))
     except FailedPrecondition:
-        return api.Empty()  # already gone, so already rolled back
+        return models.Empty()  # already gone, so already rolled back
     await session.call(lambda tx: tx.rollback(), final=True)
-    return api.Empty()
+    return models.Empty()
 
 
 # -- DDL, reads, SQL ------------------------------------------------------------------------
 
 
 async def ddl(
-    request: Request, state: ServerState, principal: Principal, body: api.DdlRequest
-) -> api.CommitTimestamp:
+    request: Request, state: ServerState, principal: Principal, body: models.DdlRequest
+) -> models.CommitTimestamp:
     statements = body.statements
     stamp = await _on_db(request, state, lambda db: db.execute_ddl(statements), initialise=True)
-    return api.CommitTimestamp(commit_timestamp=stamp)
+    return models.CommitTimestamp(commit_timestamp=stamp)
 
 
 async def read(
-    request: Request, state: ServerState, principal: Principal, body: api.ReadRequest
-) -> api.Rows:
+    request: Request, state: ServerState, principal: Principal, body: models.ReadRequest
+) -> models.Rows:
     keys = None if body.keys is None else _keys(body.keys, "keys")
     rows = await _on_db(request, state, lambda db: db.read(body.table, keys, body.columns))
-    return api.Rows(rows=encode(rows))
+    return models.Rows(rows=encode(rows))
 
 
 async def read_snapshot(
-    request: Request, state: ServerState, principal: Principal, body: api.ReadSnapshotRequest
-) -> api.SnapshotRows:
+    request: Request, state: ServerState, principal: Principal, body: models.ReadSnapshotRequest
+) -> models.SnapshotRows:
     keys = decode(body.keys)
     found = await _on_db(
         request, state, lambda db: db.read_snapshot(body.table, keys, body.columns, body.limit)
     )
-    return api.SnapshotRows(rows=encode(found.rows), read_timestamp=found.read_timestamp)
+    return models.SnapshotRows(rows=encode(found.rows), read_timestamp=found.read_timestamp)
 
 
-async def tables(request: Request, state: ServerState, principal: Principal, _: None) -> api.Tables:
+async def tables(
+    request: Request, state: ServerState, principal: Principal, _: None
+) -> models.Tables:
     found = await _on_db(request, state, lambda db: db.tables())
-    return api.Tables(tables=[t.to_catalog() for t in found])
+    return models.Tables(tables=[t.to_catalog() for t in found])
 
 
 async def change_streams(
     request: Request, state: ServerState, principal: Principal, _: None
-) -> api.ChangeStreams:
+) -> models.ChangeStreams:
     found = await _on_db(request, state, lambda db: db.change_streams())
-    return api.ChangeStreams(change_streams=[s.to_catalog() for s in found])
+    return models.ChangeStreams(change_streams=[s.to_catalog() for s in found])
 
 
 # -- system documents ---------------------------------------------------------------------
 
 
 async def documents_list(
-    request: Request, state: ServerState, principal: Principal, body: api.KindRequest
-) -> api.Documents:
+    request: Request, state: ServerState, principal: Principal, body: models.KindRequest
+) -> models.Documents:
     found = await _on_db(request, state, lambda db: db.system_documents(body.kind).values())
-    return api.Documents(
-        documents=[api.Document(name=d.name, version=d.version, body=encode(d.body)) for d in found]
+    return models.Documents(
+        documents=[
+            models.Document(name=d.name, version=d.version, body=encode(d.body)) for d in found
+        ]
     )
 
 
 async def documents_put(
-    request: Request, state: ServerState, principal: Principal, body: api.PutDocumentRequest
-) -> api.Version:
+    request: Request, state: ServerState, principal: Principal, body: models.PutDocumentRequest
+) -> models.Version:
     value = decode(body.body)
     version = await _on_db(
         request,
         state,
         lambda db: db.put_system_document(body.kind, body.name, value, body.expected_version),
     )
-    return api.Version(version=version)
+    return models.Version(version=version)
 
 
 async def documents_delete(
-    request: Request, state: ServerState, principal: Principal, body: api.DeleteDocumentRequest
-) -> api.Deleted:
+    request: Request, state: ServerState, principal: Principal, body: models.DeleteDocumentRequest
+) -> models.Deleted:
     deleted = await _on_db(
         request,
         state,
         lambda db: db.delete_system_document(body.kind, body.name, body.expected_version),
     )
-    return api.Deleted(deleted=deleted)
+    return models.Deleted(deleted=deleted)
 
 
 async def log_append(
-    request: Request, state: ServerState, principal: Principal, body: api.AppendLogRequest
-) -> api.Empty:
+    request: Request, state: ServerState, principal: Principal, body: models.AppendLogRequest
+) -> models.Empty:
     entry = decode(body.entry)
     await _on_db(request, state, lambda db: db.append_system_log(body.kind, body.name, entry))
-    return api.Empty()
+    return models.Empty()
 
 
 async def log_list(
-    request: Request, state: ServerState, principal: Principal, body: api.ListLogRequest
-) -> api.Entries:
+    request: Request, state: ServerState, principal: Principal, body: models.ListLogRequest
+) -> models.Entries:
     found = await _on_db(request, state, lambda db: db.system_log(body.kind, body.name, body.limit))
-    return api.Entries(entries=encode(found))
+    return models.Entries(entries=encode(found))
 
 
 async def _stop_on_disconnect(request: Request, stream: LineStream) -> None:
@@ -342,7 +346,7 @@ async def _stream(
 
 
 async def sql(
-    request: Request, state: ServerState, principal: Principal, body: api.SqlRequest
+    request: Request, state: ServerState, principal: Principal, body: models.SqlRequest
 ) -> Response:
     text, params = body.sql, _params(body.params)
     name = _path(request, "database")
@@ -378,7 +382,7 @@ async def sql(
 
 
 async def read_change_stream(
-    request: Request, state: ServerState, principal: Principal, body: api.ReadChangeStreamRequest
+    request: Request, state: ServerState, principal: Principal, body: models.ReadChangeStreamRequest
 ) -> Response:
     stream_name = body.stream
     args = (
@@ -414,13 +418,13 @@ async def read_change_stream(
 # -- partitions, splits, policy --------------------------------------------------------------
 
 
-def _partitions(found: list[Partition]) -> api.Partitions:
-    return api.Partitions(partitions=[api.Partition(**partition_to_json(p)) for p in found])
+def _partitions(found: list[Partition]) -> models.Partitions:
+    return models.Partitions(partitions=[models.Partition(**partition_to_json(p)) for p in found])
 
 
 async def partitions(
     request: Request, state: ServerState, principal: Principal, _: None
-) -> api.Partitions:
+) -> models.Partitions:
     stream = _path(request, "stream")
     at = _timestamp_query(request.query_params.get("at"))
     return _partitions(await _on_db(request, state, lambda db: db.partitions(stream, at)))
@@ -428,25 +432,25 @@ async def partitions(
 
 async def partition_history(
     request: Request, state: ServerState, principal: Principal, _: None
-) -> api.Partitions:
+) -> models.Partitions:
     stream = _path(request, "stream")
     return _partitions(await _on_db(request, state, lambda db: db.partition_history(stream)))
 
 
 async def split(
-    request: Request, state: ServerState, principal: Principal, body: api.KeyRequest
-) -> api.Timestamp:
+    request: Request, state: ServerState, principal: Principal, body: models.KeyRequest
+) -> models.Timestamp:
     key = _key(body.key)
-    return api.Timestamp(
+    return models.Timestamp(
         timestamp=await _on_db(request, state, lambda db: db.split_at(body.table, key))
     )
 
 
 async def merge(
-    request: Request, state: ServerState, principal: Principal, body: api.KeyRequest
-) -> api.Timestamp:
+    request: Request, state: ServerState, principal: Principal, body: models.KeyRequest
+) -> models.Timestamp:
     key = _key(body.key)
-    return api.Timestamp(
+    return models.Timestamp(
         timestamp=await _on_db(request, state, lambda db: db.merge_at(body.table, key))
     )
 
@@ -466,7 +470,7 @@ async def get_split_policy(
 
 
 async def set_split_policy(
-    request: Request, state: ServerState, principal: Principal, body: api.SetSplitPolicyRequest
+    request: Request, state: ServerState, principal: Principal, body: models.SetSplitPolicyRequest
 ) -> dict[str, Any]:
     policy = None if body.policy is None else policy_from_json(body.policy)
     changes = body.changes or {}
@@ -477,10 +481,10 @@ async def set_split_policy(
 
 
 async def rebalance(
-    request: Request, state: ServerState, principal: Principal, _: api.NoBody
-) -> api.Actions:
+    request: Request, state: ServerState, principal: Principal, _: models.NoBody
+) -> models.Actions:
     actions = await _on_db(request, state, lambda db: db.rebalance())
-    return api.Actions(actions=[action_to_json(a) for a in actions])
+    return models.Actions(actions=[action_to_json(a) for a in actions])
 
 
 # -- leases and watch -----------------------------------------------------------------------
@@ -492,58 +496,58 @@ async def _leases(request: Request, state: ServerState, consumer: str, work: Any
     return await _on_db(request, state, lambda db: work(db.leases(stream, consumer)))
 
 
-def _lease(found: Lease | None) -> api.MaybeLease:
-    return api.MaybeLease(lease=None if found is None else lease_to_json(found))
+def _lease(found: Lease | None) -> models.MaybeLease:
+    return models.MaybeLease(lease=None if found is None else lease_to_json(found))
 
 
 async def leases_list(
-    request: Request, state: ServerState, principal: Principal, body: api.ConsumerRequest
-) -> api.Leases:
+    request: Request, state: ServerState, principal: Principal, body: models.ConsumerRequest
+) -> models.Leases:
     found = await _leases(request, state, body.consumer, lambda t: t.list_leases())
-    return api.Leases(leases=[lease_to_json(lease) for lease in found])
+    return models.Leases(leases=[lease_to_json(lease) for lease in found])
 
 
 async def leases_get(
-    request: Request, state: ServerState, principal: Principal, body: api.LeaseGetRequest
-) -> api.MaybeLease:
+    request: Request, state: ServerState, principal: Principal, body: models.LeaseGetRequest
+) -> models.MaybeLease:
     status = (body.status_type, body.status_value)
     return _lease(await _leases(request, state, body.consumer, lambda t: t.get(*status)))
 
 
 async def leases_insert_if_absent(
-    request: Request, state: ServerState, principal: Principal, body: api.LeaseChangeRequest
-) -> api.Inserted:
+    request: Request, state: ServerState, principal: Principal, body: models.LeaseChangeRequest
+) -> models.Inserted:
     lease = lease_from_json(body.lease)
     inserted = await _leases(request, state, body.consumer, lambda t: t.insert_if_absent(lease))
-    return api.Inserted(inserted=inserted)
+    return models.Inserted(inserted=inserted)
 
 
 async def leases_update(
-    request: Request, state: ServerState, principal: Principal, body: api.LeaseChangeRequest
-) -> api.MaybeLease:
+    request: Request, state: ServerState, principal: Principal, body: models.LeaseChangeRequest
+) -> models.MaybeLease:
     lease = lease_from_json(body.lease)
     return _lease(await _leases(request, state, body.consumer, lambda t: t.update(lease)))
 
 
 async def leases_delete(
-    request: Request, state: ServerState, principal: Principal, body: api.LeaseChangeRequest
-) -> api.Deleted:
+    request: Request, state: ServerState, principal: Principal, body: models.LeaseChangeRequest
+) -> models.Deleted:
     lease = lease_from_json(body.lease)
     deleted = await _leases(request, state, body.consumer, lambda t: t.delete(lease))
-    return api.Deleted(deleted=deleted)
+    return models.Deleted(deleted=deleted)
 
 
 async def consumers(
     request: Request, state: ServerState, principal: Principal, _: None
-) -> api.Consumers:
+) -> models.Consumers:
     stream = _path(request, "stream")
     names = await _on_db(request, state, lambda db: db.lease_consumers(stream))
-    return api.Consumers(consumers=names)
+    return models.Consumers(consumers=names)
 
 
 async def watch_source(
-    request: Request, state: ServerState, principal: Principal, _: api.NoBody
-) -> api.WatchSourceResponse:
+    request: Request, state: ServerState, principal: Principal, _: models.NoBody
+) -> models.WatchSourceResponse:
     """The stream watch() reads. Creating it makes every later commit write its records, so
     a read token only gets it once it exists: an admin token creates it (once)."""
 
@@ -556,27 +560,27 @@ async def watch_source(
         return db.ensure_watch_stream()
 
     source = await _on_db(request, state, work)
-    return api.WatchSourceResponse(**watch_source_to_json(source))
+    return models.WatchSourceResponse(**watch_source_to_json(source))
 
 
 # -- Datastream-style streams ----------------------------------------------------------------
 
 
-def _summary(info: StreamInfo) -> api.StreamSummary:
+def _summary(info: StreamInfo) -> models.StreamSummary:
     definition = info.definition.to_dict()
-    return api.StreamSummary(name=info.name, state=info.state.value, definition=definition)
+    return models.StreamSummary(name=info.name, state=info.state.value, definition=definition)
 
 
 async def list_streams(
     request: Request, state: ServerState, principal: Principal, _: None
-) -> api.StreamList:
+) -> models.StreamList:
     found = await _on_db(request, state, lambda db: StreamCatalog(db).list())
-    return api.StreamList(streams=[_summary(info) for info in found])
+    return models.StreamList(streams=[_summary(info) for info in found])
 
 
 async def create_stream(
-    request: Request, state: ServerState, principal: Principal, body: api.CreateStreamRequest
-) -> api.StreamSummary:
+    request: Request, state: ServerState, principal: Principal, body: models.CreateStreamRequest
+) -> models.StreamSummary:
     try:
         definition = StreamDefinition.from_dict(body.definition)
     except TypeError as exc:  # unknown or missing fields
@@ -597,18 +601,18 @@ async def describe_stream(
 
 async def delete_stream(
     request: Request, state: ServerState, principal: Principal, _: None
-) -> api.Empty:
+) -> models.Empty:
     name = _path(request, "stream")
     await _on_db(request, state, lambda db: StreamCatalog(db).delete(name))
-    return api.Empty()
+    return models.Empty()
 
 
 async def change_stream_state(
-    request: Request, state: ServerState, principal: Principal, body: api.StreamStateRequest
-) -> api.StreamState:
+    request: Request, state: ServerState, principal: Principal, body: models.StreamStateRequest
+) -> models.StreamState:
     name = _path(request, "stream")
     moved = await _on_db(request, state, lambda db: StreamCatalog(db).transition(name, body.verb))
-    return api.StreamState(name=name, state=moved.value)
+    return models.StreamState(name=name, state=moved.value)
 
 
 # -- the server itself ------------------------------------------------------------------------
@@ -616,12 +620,12 @@ async def change_stream_state(
 
 async def list_databases(
     request: Request, state: ServerState, principal: Principal, _: None
-) -> api.DatabaseList:
+) -> models.DatabaseList:
     entries = await state.call(state.databases.entries)
-    return api.DatabaseList(
+    return models.DatabaseList(
         databases=[e.name for e in entries if e.problem is None],
         not_databases=[
-            api.NotDatabase(name=e.name, problem=e.problem)
+            models.NotDatabase(name=e.name, problem=e.problem)
             for e in entries
             if e.problem is not None
         ],
