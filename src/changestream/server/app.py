@@ -21,7 +21,7 @@ from starlette.staticfiles import StaticFiles
 
 from changestream import errors
 from changestream.server.api import ENDPOINTS, Endpoint
-from changestream.server.auth import Principal
+from changestream.server.auth import ANONYMOUS, Principal
 from changestream.server.databases import Databases
 from changestream.server.metrics import Metrics
 from changestream.server.models import Request as RequestModel
@@ -59,7 +59,8 @@ class ServerConfig:
     max_streams: int = 1024
     #: Blocking engine calls running at once, outside streams and transactions.
     max_calls: int = 64
-    #: Streaming responses one token (principal) may have open at once.
+    #: Streaming responses one token may have open at once (without tokens, only
+    #: ``max_streams`` holds: every caller is the same anonymous one).
     max_streams_per_token: int = 64
     #: What one SQL statement may spend: VM steps, seconds of running, rows returned.
     sql_max_steps: int = 200_000_000
@@ -131,7 +132,7 @@ def endpoint(declared: Endpoint, handler: Handler) -> Callable[[Request], Awaita
         state: ServerState = request.app.state.server
         try:
             if declared.scope is None:
-                principal = Principal("anonymous", frozenset())
+                principal = Principal(ANONYMOUS, frozenset())
             else:
                 principal = state.auth.authenticate(request.headers.get("authorization"))
                 principal.require(declared.scope)

@@ -32,7 +32,7 @@ from changestream.errors import (
 )
 from changestream.server import api, models
 from changestream.server.app import Handler, JSONResponse, ServerState
-from changestream.server.auth import Principal
+from changestream.server.auth import ANONYMOUS, Principal
 from changestream.server.metrics import CONTENT_TYPE, OpenStream
 from changestream.server.openapi import DOCS_HTML, openapi_document
 from changestream.server.streaming import LineStream, start_stream
@@ -301,7 +301,10 @@ async def _stream(
     refusal: ChangeStreamError | None = None
     if len(state.streams) >= config.max_streams:
         refusal = Unavailable(f"{config.max_streams} streams are open on this server")
-    elif state.streams_of[principal.name] >= config.max_streams_per_token:
+    elif (
+        principal.name != ANONYMOUS
+        and state.streams_of[principal.name] >= config.max_streams_per_token
+    ):
         refusal = ResourceExhausted(
             f"this token has {config.max_streams_per_token} streams open, the most it may; "
             "close one first"
