@@ -129,9 +129,7 @@ class Databases:
         entries = [Entry(name) for name in opened]
         for name, path in paths.items():
             if name not in opened:
-                problem = inspect(path)
-                reason = None if problem is None else problem.reason
-                entries.append(Entry(name, self._refusal(path) or reason))
+                entries.append(Entry(name, self._problem(path)))
         return sorted(entries, key=lambda entry: entry.name)
 
     def _scan(self) -> dict[str, str]:
@@ -151,6 +149,14 @@ class Databases:
         if os.path.commonpath([self._root, target]) != self._root:
             return "a symlink to a file outside the served directory (serve with --follow-symlinks)"
         return None
+
+    def _problem(self, path: str) -> str | None:
+        """Why ``path`` is not served (a file outside is not even looked at), or None."""
+        refusal = self._refusal(path)
+        if refusal is not None:
+            return refusal
+        problem = inspect(path)
+        return None if problem is None else problem.reason
 
     def _path(self, name: str) -> str | None:
         path = self._files.get(name)
