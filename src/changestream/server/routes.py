@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import anyio
+import msgspec
 import orjson
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response, StreamingResponse
@@ -372,7 +373,10 @@ async def sql(
         kind, value = item
         if kind == "row":
             entry.records["row"] += 1
-        line = orjson.dumps({"type": kind, kind: encode(value)}) + b"\n"
+            model: models.Line = models.RowLine(row=encode(value))
+        else:
+            model = models.FieldsLine(fields=value)
+        line = msgspec.json.encode(model) + b"\n"
         sent += len(line)
         if sent > config.sql_max_bytes:
             raise ResourceExhausted(
