@@ -229,9 +229,21 @@ def test_bad_requests_get_json_errors(
     cases = [
         ("POST", "/v1/databases/pair/read", b"{not json", 400, "not valid JSON"),
         ("POST", "/v1/databases/pair/read", b"[1]", 400, "must be a JSON object"),
-        ("POST", "/v1/databases/pair/read", b'{"table": 5}', 400, "table must be a string"),
+        (
+            "POST",
+            "/v1/databases/pair/read",
+            b'{"table": 5}',
+            400,
+            "Expected `str`, got `int` - at `$.table`",
+        ),
         ("POST", "/v1/databases/pair/read", b"x" * (65 << 10), 413, "larger than 65536 bytes"),
-        ("POST", "/v1/databases/pair/commit", b'{"mutations": [{"op": "drop"}]}', 400, "table"),
+        (
+            "POST",
+            "/v1/databases/pair/commit",
+            b'{"mutations": [{"op": "drop"}]}',
+            400,
+            "Invalid enum value 'drop' - at `$.mutations[0].op`",
+        ),
         ("GET", "/v1/nowhere", None, 404, "Not Found"),
         ("DELETE", "/v1/databases", None, 405, "Method Not Allowed"),
     ]
@@ -343,14 +355,17 @@ def test_health_metrics_openapi_and_docs(
     )
     assert len(records) == 1
     assert httpx.get(base + "/healthz").json() == {"status": "ok"}
+    assert httpx.get(base + "/readyz").json()["status"] == "ready"
     metrics = httpx.get(base + "/metrics").text
     for line in (
-        'changestream_commits_total{database="pair"} 1',
-        'changestream_rows_written_total{database="pair"} 1',
-        'changestream_records_read_total{database="pair",type="data_change_record"} 1',
-        'changestream_partitions{database="pair",stream="S"} 1',
+        'changestream_commits_total{database="pair"} 1.0',
+        'changestream_rows_written_total{database="pair"} 1.0',
+        'changestream_records_read_total{database="pair",type="data_change_record"} 1.0',
+        'changestream_partitions{database="pair",stream="S"} 1.0',
         "# TYPE changestream_open_streams gauge",
         "# TYPE changestream_stream_lag_seconds gauge",
+        "# TYPE process_resident_memory_bytes gauge",
+        "# TYPE python_info gauge",
     ):
         assert line in metrics, metrics
     document = httpx.get(base + "/openapi.json").json()
@@ -359,8 +374,16 @@ def test_health_metrics_openapi_and_docs(
         (path, method.upper()) for path, item in document["paths"].items() for method in item
     }
     assert described == {(path, method) for path, method, _, _ in ROUTES}
+    assert document["openapi"] == "3.1.0"
+    assert {"CommitRequest", "Mutation", "Partitions", "Error"} <= set(
+        document["components"]["schemas"]
+    )
     docs = httpx.get(base + "/docs")
     assert docs.status_code == 200 and "openapi.json" in docs.text
+    assert "SwaggerUIBundle" in docs.text
+    assert "https://" not in docs.text  # every asset comes from this server
+    bundle = httpx.get(base + "/docs/static/swagger-ui-bundle.js")
+    assert bundle.status_code == 200 and len(bundle.content) > 100_000
 
 
 def test_tls(tmp_path: Path) -> None:

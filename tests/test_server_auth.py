@@ -13,6 +13,8 @@ from click.testing import CliRunner
 
 import changestream
 from changestream.cli import main
+from changestream.datastream.catalog import StreamCatalog
+from changestream.datastream.definition import StreamDefinition
 from changestream.errors import InvalidArgument, PermissionDenied, Unauthenticated
 from changestream.server import TokenFile, create_token
 from changestream.server.auth import token_hash
@@ -21,12 +23,19 @@ from tests.conftest import ACCOUNT_BALANCE
 from tests.server_support import serving
 
 SCOPES = ("read", "write", "admin")
+DATASTREAM = {"database": "bank.db", "change_stream": "Bank", "destination": "/nonexistent/out"}
 LEASE = {"status_type": "partition", "status_value": "p1"}
 
 
 def request_for(path: str, method: str, created: int) -> tuple[str, dict[str, Any] | None]:
     """A request each route accepts, given the scope it needs."""
-    url = path.replace("{database}", "bank").replace("{stream}", "Bank")
+    # The one Datastream stream deleted is its own, so the others still find "Bank".
+    stream = (
+        "Doomed"
+        if (path, method) == ("/v1/databases/{database}/streams/{stream}", "DELETE")
+        else "Bank"
+    )
+    url = path.replace("{database}", "bank").replace("{stream}", stream)
     bodies: dict[str, dict[str, Any]] = {
         "/ddl": {"statements": "CREATE TABLE Extra (K INT64 NOT NULL) PRIMARY KEY (K)"},
         "/commit": {
@@ -58,6 +67,8 @@ def request_for(path: str, method: str, created: int) -> tuple[str, dict[str, An
         "/system_documents/delete": {"kind": "k", "name": "n"},
         "/system_log/append": {"kind": "k", "name": "n", "entry": {"x": 1}},
         "/system_log/list": {"kind": "k", "name": "n"},
+        "/streams": {"definition": {**DATASTREAM, "name": "Created"}},
+        "/state": {"verb": "start"},
     }
     if method == "GET":
         return url, None
@@ -72,7 +83,16 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dic
     tokens_file = str(tmp / "tokens")
     tokens = {scope: create_token(tokens_file, (scope,), scope) for scope in SCOPES}
     with changestream.open(str(tmp / "bank.db")) as db:
-        created = db.execute_ddl([ACCOUNT_BALANCE, "CREATE CHANGE STREAM Bank FOR AccountBalance"])
+        created = db.execute_ddl(
+            [
+                ACCOUNT_BALANCE,
+                "CREATE CHANGE STREAM Bank FOR AccountBalance "
+                "OPTIONS (value_capture_type = 'NEW_ROW_AND_OLD_VALUES')",
+            ]
+        )
+        for name in ("Bank", "Doomed"):
+            StreamCatalog(db).create(StreamDefinition(name=name, **DATASTREAM))
+        db.ensure_watch_stream()  # a read token may watch once an admin made watch()'s stream
         with serving({"bank": db}, TokenFile(tokens_file)) as running:
             yield running.url, tokens, created
 

@@ -34,6 +34,7 @@ from changestream.streams.records import (
     HeartbeatRecord,
     Mod,
 )
+from changestream.streams.sandbox import SqlSandbox
 from changestream.types import COMMIT_TIMESTAMP
 from changestream.watch import ChangeStreamCursor, ClusterTime
 
@@ -125,6 +126,7 @@ __all__ = [
     "ResourceExhausted",
     "ResultSet",
     "SqlLimits",
+    "SqlSandbox",
     "Transaction",
     "TransactionLike",
     "__version__",

@@ -14,14 +14,9 @@ _R = TypeVar("_R")
 class ChangeStreamError(Exception):
     """Base class of every error raised by changestream."""
 
-    #: HTTP status the server answers with for this error.
-    http_status = 500
-
 
 class InvalidArgument(ChangeStreamError, ValueError):
     """An argument is malformed or outside what is allowed."""
-
-    http_status = 400
 
 
 class DDLError(InvalidArgument):
@@ -44,19 +39,13 @@ class InvalidToken(InvalidArgument):
 class NotFound(ChangeStreamError, LookupError):
     """A table, column, change stream, row or partition does not exist."""
 
-    http_status = 404
-
 
 class AlreadyExists(ChangeStreamError):
     """A table, change stream or row already exists."""
 
-    http_status = 409
-
 
 class FailedPrecondition(ChangeStreamError):
     """The operation is valid but the database is not in a state that allows it."""
-
-    http_status = 412
 
 
 class OutOfRange(InvalidArgument):
@@ -66,35 +55,26 @@ class OutOfRange(InvalidArgument):
 class DatabaseBusy(ChangeStreamError):
     """The database stayed locked by another writer for longer than the busy timeout."""
 
-    http_status = 503
-
 
 class DatabaseClosed(ChangeStreamError):
     """The database was used after ``close()``."""
-
-    http_status = 503
 
 
 class Unauthenticated(ChangeStreamError):
     """The server was given no bearer token, or one it does not know."""
 
-    http_status = 401
-
 
 class PermissionDenied(ChangeStreamError):
     """The bearer token lacks the scope (read, write or admin) the request needs."""
-
-    http_status = 403
 
 
 class Unavailable(ChangeStreamError):
     """The server could not be reached, is shutting down, or the connection broke."""
 
-    http_status = 503
 
-
-class ResourceExhausted(InvalidArgument):
-    """A statement needed more parse or run time than the SQL limits allow."""
+class ResourceExhausted(ChangeStreamError):
+    """A statement or a caller went past a budget: parse or run time, steps, rows, bytes or
+    open streams (the settings that set each are named in the message)."""
 
 
 _reported: set[tuple[type[BaseException], str, int]] = set()

@@ -40,6 +40,32 @@ from changestream.errors import InvalidArgument
     type=click.IntRange(min=1024),
     help="Largest request body accepted.",
 )
+@click.option(
+    "--sql-max-seconds",
+    default=10.0,
+    show_default=True,
+    type=click.FloatRange(min=0.01),
+    help="Seconds one SQL statement may run before it is stopped.",
+)
+@click.option(
+    "--sql-max-rows",
+    default=100_000,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Rows one SQL response may carry.",
+)
+@click.option(
+    "--max-streams-per-token",
+    default=64,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Streaming responses one token may have open at once.",
+)
+@click.option(
+    "--follow-symlinks",
+    is_flag=True,
+    help="Serve NAME.db symlinks whose target lies outside the directory (refused by default).",
+)
 def serve(
     path: str,
     host: str,
@@ -50,6 +76,10 @@ def serve(
     tls_key: str | None,
     keepalive: float,
     max_body_bytes: int,
+    sql_max_seconds: float,
+    sql_max_rows: int,
+    max_streams_per_token: int,
+    follow_symlinks: bool,
 ) -> None:
     """Serve the database file PATH, or every NAME.db file in directory PATH, over HTTP.
 
@@ -58,6 +88,10 @@ def serve(
     URL (with --token or $CHANGESTREAM_TOKEN). The API is described at /openapi.json and
     /docs. SIGTERM or Ctrl-C stops gracefully: commits in flight finish, streams end and
     their clients reconnect when the server is back.
+
+    The server never changes a file that is not a changestream database yet (an empty file,
+    plain SQLite, an older layout) unless an admin-scoped DDL request asks; other files are
+    listed under not_databases by GET /v1/databases and refused.
     """
     from changestream.server import Databases, NoAuth, ServerConfig, TokenFile, create_app
     from changestream.server.serve import make_server
@@ -72,7 +106,7 @@ def serve(
     if tokens_file is not None and insecure_no_auth:
         raise InvalidArgument("--tokens and --insecure-no-auth exclude each other")
     auth = NoAuth() if insecure_no_auth else TokenFile(tokens_file or "")
-    databases = Databases.serve(path)
+    databases = Databases.serve(path, follow_symlinks)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     if insecure_no_auth:
         click.secho(
@@ -82,7 +116,13 @@ def serve(
             bold=True,
             err=True,
         )
-    config = ServerConfig(keepalive_seconds=keepalive, max_body_bytes=max_body_bytes)
+    config = ServerConfig(
+        keepalive_seconds=keepalive,
+        max_body_bytes=max_body_bytes,
+        sql_max_seconds=sql_max_seconds,
+        sql_max_rows=sql_max_rows,
+        max_streams_per_token=max_streams_per_token,
+    )
     server = make_server(create_app(databases, auth, config), host, port, tls_cert, tls_key)
     scheme = "https" if tls_cert else "http"
     names = ", ".join(databases.names()) or "none yet"

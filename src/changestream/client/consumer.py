@@ -16,6 +16,8 @@ from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
 
+import tenacity
+
 from changestream.client.checkpointer import Checkpointer, LeaseLost
 from changestream.client.coordinator import ClientConfig, HeldLease, LeaseCoordinator
 from changestream.client.lease_table import checkpoint_of
@@ -27,6 +29,7 @@ from changestream.client.processor import (
     ShutdownReason,
 )
 from changestream.errors import DatabaseBusy, FailedPrecondition
+from changestream.retry import retrying
 from changestream.streams.interface import Database
 from changestream.streams.records import (
     ChangeRecord,
@@ -39,6 +42,10 @@ log = logging.getLogger("changestream.client")
 
 _POLL_S = 0.1
 _FIRST_BACKOFF_S = 0.1
+
+
+class _Interrupted(Exception):
+    """The lease was lost or the worker is stopping: stop retrying."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,29 +156,39 @@ class PartitionConsumer:
         return self._interruption() is not None
 
     def _retry(self, what: str, call: Callable[[], None]) -> bool:
-        """Call until it succeeds, backing off; False when interrupted first."""
-        delay = _FIRST_BACKOFF_S
-        attempt = 0
-        while True:
+        """Call until it succeeds, backing off (with jitter); False when interrupted first."""
+
+        def attempt() -> None:
             if not self._wait_until_valid():
-                return False
-            try:
-                call()
-                return True
-            except LeaseLost:
-                return False
-            except Exception:
-                attempt += 1
-                log.exception(
-                    "%s failed on partition %s (attempt %d); retrying in %.1f s",
-                    what,
-                    self._held.token,
-                    attempt,
-                    delay,
-                )
-            if self._sleep(delay):
-                return False
-            delay = min(delay * 2, self._config.max_retry_backoff)
+                raise _Interrupted
+            call()
+
+        def sleep(seconds: float) -> None:
+            if self._sleep(seconds):
+                raise _Interrupted
+
+        def report(state: tenacity.RetryCallState) -> None:
+            error = state.outcome.exception() if state.outcome is not None else None
+            log.error(
+                "%s failed on partition %s (attempt %d); retrying in %.1f s",
+                what,
+                self._held.token,
+                state.attempt_number,
+                state.upcoming_sleep,
+                exc_info=error,
+            )
+
+        try:
+            retrying(
+                lambda exc: not isinstance(exc, LeaseLost | _Interrupted),
+                first=_FIRST_BACKOFF_S,
+                most=self._config.max_retry_backoff,
+                sleep=sleep,
+                before_sleep=report,
+            )(attempt)
+        except (LeaseLost, _Interrupted):
+            return False
+        return True
 
     def _wait_until_valid(self) -> bool:
         """Hold delivery while renewals lag, so no other worker can have taken the lease

@@ -2,9 +2,12 @@
 
 ``changestream serve PATH_OR_DIR`` runs :func:`create_app` on uvicorn; :func:`connect` returns a
 :class:`RemoteDatabase` with the embedded database's interface. The modules: ``app`` and
-``routes`` (the ASGI application), ``auth`` (tokens and scopes), ``streaming`` and ``workers``
-(NDJSON responses fed by engine threads), ``sessions`` (transactions with DML), ``values`` and
-``wire`` (the JSON encodings), ``metrics``, ``openapi``, ``serve`` (uvicorn) and ``client``.
+``routes`` (the ASGI application), ``api`` (every endpoint declared once) and ``models``
+(its typed bodies), ``auth`` (tokens and scopes), ``databases`` (which files are served),
+``statuses`` (errors to HTTP statuses), ``streaming`` and ``workers`` (NDJSON responses fed
+by engine threads), ``sessions`` (transactions with DML), ``values`` and ``wire`` (the JSON
+encodings), ``metrics``, ``openapi`` (the generated document and Swagger UI), ``serve``
+(uvicorn) and ``client``.
 """
 
 from __future__ import annotations

@@ -3,24 +3,30 @@
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 import anyio
+import msgspec
 import orjson
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
 
 from changestream import errors
-from changestream.server.auth import Principal
+from changestream.server.api import ENDPOINTS, Endpoint
+from changestream.server.auth import ANONYMOUS, Principal
 from changestream.server.databases import Databases
 from changestream.server.metrics import Metrics
+from changestream.server.models import Request as RequestModel
 from changestream.server.sessions import Sessions
+from changestream.server.statuses import RequestTooLarge, http_status
 from changestream.server.streaming import LineStream
 from changestream.server.wire import error_to_json
 from changestream.server.workers import WorkerThreads
@@ -28,6 +34,7 @@ from changestream.server.workers import WorkerThreads
 _log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+M = TypeVar("M", bound=RequestModel)
 
 
 class Authenticator(Protocol):
@@ -52,12 +59,15 @@ class ServerConfig:
     max_streams: int = 1024
     #: Blocking engine calls running at once, outside streams and transactions.
     max_calls: int = 64
-
-
-class RequestTooLarge(errors.InvalidArgument):
-    """The request body is larger than the server accepts."""
-
-    http_status = 413
+    #: Streaming responses one token may have open at once (without tokens, only
+    #: ``max_streams`` holds: every caller is the same anonymous one).
+    max_streams_per_token: int = 64
+    #: What one SQL statement may spend: VM steps, seconds of running, rows returned.
+    sql_max_steps: int = 200_000_000
+    sql_max_seconds: float = 10.0
+    sql_max_rows: int = 100_000
+    #: Bytes one SQL response may carry.
+    sql_max_bytes: int = 64 << 20
 
 
 class ServerState:
@@ -71,6 +81,8 @@ class ServerState:
         self.threads = WorkerThreads("changestream-server")
         self.sessions = Sessions(self.threads, config.session_idle_seconds, config.max_sessions)
         self.streams: set[LineStream] = set()
+        #: Open streams by the name of the token that opened them.
+        self.streams_of: Counter[str] = Counter()
         self.closing = False
         self._calls: anyio.Semaphore | None = None
 
@@ -103,28 +115,37 @@ class JSONResponse(Response):
 
 def error_response(exc: errors.ChangeStreamError) -> JSONResponse:
     """The response for an error: its JSON form with its class's HTTP status."""
-    return JSONResponse({"error": error_to_json(exc)}, status_code=exc.http_status)
+    return JSONResponse({"error": error_to_json(exc)}, status_code=http_status(exc))
 
 
-#: A route's handler: the request, the server's state and who is asking.
-Handler = Callable[[Request, ServerState, Principal], Awaitable[Response]]
+#: A route's handler: the request, the server's state, who is asking, and the request body
+#: decoded into its declared model (None for endpoints without one). It answers with a
+#: response, or with a value of its declared response model.
+Handler = Callable[[Request, ServerState, Principal, Any], Awaitable[Any]]
 
 
-def endpoint(
-    scope: str | None, handler: Handler, name: str
-) -> Callable[[Request], Awaitable[Response]]:
-    """Wrap a handler: authenticate, check the scope, and turn errors into JSON responses.
-    ``scope`` None makes the endpoint public."""
+def endpoint(declared: Endpoint, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+    """Wrap a handler: authenticate, check the scope, decode and validate the body into the
+    declared request model, encode the answer, and turn errors into JSON responses."""
 
     async def run(request: Request) -> Response:
         state: ServerState = request.app.state.server
         try:
-            if scope is None:
-                principal = Principal("anonymous", frozenset())
+            if declared.scope is None:
+                principal = Principal(ANONYMOUS, frozenset())
             else:
                 principal = state.auth.authenticate(request.headers.get("authorization"))
-                principal.require(scope)
-            response = await handler(request, state, principal)
+                principal.require(declared.scope)
+            body = None
+            if declared.request is not None:
+                config = state.config
+                raw = await read_body(request, config.max_body_bytes)
+                body = to_model(raw, declared.request)
+            answer = await handler(request, state, principal, body)
+            if isinstance(answer, Response):
+                response = answer
+            else:
+                response = Response(msgspec.json.encode(answer), media_type="application/json")
         except errors.ChangeStreamError as exc:
             response = error_response(exc)
         except Exception:
@@ -132,14 +153,23 @@ def endpoint(
             response = error_response(
                 errors.ChangeStreamError("internal server error (see the server log)")
             )
-        state.metrics.request(name, response.status_code)
+        state.metrics.request(declared.path, response.status_code)
         return response
 
     return run
 
 
+def to_model(raw: dict[str, Any], model: type[M]) -> M:
+    """``raw`` as ``model``, or InvalidArgument saying which field is wrong and how."""
+    try:
+        return msgspec.convert(raw, model)
+    except msgspec.ValidationError as exc:
+        raise errors.InvalidArgument(f"invalid request body: {exc}") from exc
+
+
 async def read_body(request: Request, limit: int) -> dict[str, Any]:
-    """The request's JSON object body, refusing bodies over ``limit`` bytes."""
+    """The request's JSON object body, refusing bodies over ``limit`` bytes (orjson refuses
+    nesting deeper than 1024; :func:`.values.decode` refuses values deeper than 64)."""
     declared = request.headers.get("content-length")
     too_large = RequestTooLarge(f"the request body is larger than {limit} bytes")
     if declared is not None and declared.isdigit() and int(declared) > limit:
@@ -184,7 +214,8 @@ def create_app(
     databases: Databases, auth: Authenticator, config: ServerConfig | None = None
 ) -> Starlette:
     """The server's ASGI application over ``databases``, checking requests with ``auth``."""
-    from changestream.server.routes import ROUTES  # routes build on this module
+    from changestream.server.openapi import SWAGGER_UI_STATIC
+    from changestream.server.routes import HANDLERS  # routes build on this module
 
     state = ServerState(databases, auth, config or ServerConfig())
 
@@ -196,8 +227,8 @@ def create_app(
 
     app = Starlette(
         routes=[
-            Route(path, endpoint(scope, handler, path), methods=[method])
-            for path, method, scope, handler in ROUTES
+            *(Route(d.path, endpoint(d, HANDLERS[d.name]), methods=[d.method]) for d in ENDPOINTS),
+            Mount("/docs/static", StaticFiles(directory=SWAGGER_UI_STATIC), name="swagger-ui"),
         ],
         exception_handlers={HTTPException: _http_error, Exception: _internal_error},
         lifespan=lifespan,

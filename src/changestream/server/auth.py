@@ -62,9 +62,13 @@ def create_token(path: str, scopes: tuple[str, ...], name: str = "") -> str:
     return token
 
 
+#: The name of a caller without a token (public endpoints, ``--insecure-no-auth``).
+ANONYMOUS = "anonymous"
+
+
 @dataclass(frozen=True, slots=True)
 class Principal:
-    """Who made a request: the hash of their token (or ``"anonymous"``) and their scopes."""
+    """Who made a request: the hash of their token (or :data:`ANONYMOUS`) and their scopes."""
 
     name: str
     scopes: frozenset[str]
@@ -134,4 +138,4 @@ class NoAuth:
     """``--insecure-no-auth``: every request may do everything."""
 
     def authenticate(self, authorization: str | None) -> Principal:
-        return Principal("anonymous", frozenset(SCOPES))
+        return Principal(ANONYMOUS, frozenset(SCOPES))

@@ -26,13 +26,13 @@ from __future__ import annotations
 import datetime as dt
 import os
 import ssl
-import time
 import urllib.parse
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import suppress
 from typing import TYPE_CHECKING, Any
 
 import httpx
+import msgspec
 import orjson
 
 from changestream.clock import parse_ts, to_datetime
@@ -44,13 +44,14 @@ from changestream.errors import (
     InvalidArgument,
     Unavailable,
 )
+from changestream.retry import reconnecting
+from changestream.server import api, models
 from changestream.server.values import decode, encode
 from changestream.server.wire import (
     action_from_json,
     error_from_json,
     lease_from_json,
     lease_to_json,
-    partition_from_json,
     policy_from_json,
     record_from_line,
 )
@@ -99,6 +100,14 @@ def connect(
     return RemoteDatabase(url, token, timeout, reconnect_timeout, verify)
 
 
+class _Busy(Exception):
+    """The server answered 503 (it is shutting down): worth asking again."""
+
+    def __init__(self, error: ChangeStreamError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 class RemoteDatabase:
     """A change-stream database on a server (see :func:`connect` and the module docs)."""
 
@@ -127,7 +136,7 @@ class RemoteDatabase:
             verify=ssl.create_default_context(cafile=verify) if isinstance(verify, str) else verify,
         )
         if not name:
-            names = self._call("GET", "/v1/databases")["databases"]
+            names = self._invoke("list_databases").databases
             if len(names) != 1:
                 raise InvalidArgument(
                     f"the server at {url} serves {len(names)} databases "
@@ -136,7 +145,6 @@ class RemoteDatabase:
             name = names[0]
         #: The database's name on the server.
         self.name = urllib.parse.unquote(name)
-        self._prefix = "/v1/databases/" + _segment(self.name)
 
     # -- plumbing ----------------------------------------------------------------------------
 
@@ -145,65 +153,82 @@ class RemoteDatabase:
         repeated, when the connection broke) for up to ``reconnect_timeout`` seconds."""
         if self._closed:
             raise DatabaseClosed(f"the connection to {self.url} is closed")
-        deadline = time.monotonic() + self._reconnect_timeout
-        delay = 0.05
-        while True:
-            try:
-                return self._client.send(request, stream=stream)
-            except httpx.TransportError as exc:
-                # A refused connection never reached the server, so anything may be retried.
-                retry = idempotent or isinstance(exc, httpx.ConnectError)
-                if not retry:
-                    raise Unavailable(
-                        f"the connection to {self.url} broke during {request.url.path}; "
-                        f"it may or may not have been applied ({exc!r})"
-                    ) from exc
-                if time.monotonic() + delay > deadline:
-                    raise Unavailable(f"cannot reach {self.url}: {exc!r}") from exc
-            time.sleep(delay)
-            delay = min(delay * 2, 1.0)
 
-    def _call(
+        def retryable(exc: BaseException) -> bool:
+            # A refused connection never reached the server, so anything may be retried.
+            return isinstance(exc, httpx.TransportError) and (
+                idempotent or isinstance(exc, httpx.ConnectError)
+            )
+
+        try:
+            for attempt in reconnecting(self._reconnect_timeout, retryable):
+                with attempt:
+                    return self._client.send(request, stream=stream)
+        except httpx.TransportError as exc:
+            if not retryable(exc):
+                raise Unavailable(
+                    f"the connection to {self.url} broke during {request.url.path}; "
+                    f"it may or may not have been applied ({exc!r})"
+                ) from exc
+            raise Unavailable(f"cannot reach {self.url}: {exc!r}") from exc
+        raise AssertionError("unreachable: the retry loop returns or raises")
+
+    def _path(self, endpoint: api.Endpoint, stream: str | None) -> str:
+        path = endpoint.path
+        if "{database}" in path:
+            path = path.replace("{database}", _segment(self.name))
+        return path if stream is None else path.replace("{stream}", _segment(stream))
+
+    def _invoke(
         self,
-        method: str,
-        path: str,
-        body: dict[str, Any] | None = None,
+        name: str,
+        body: models.Request | None = None,
         *,
+        stream: str | None = None,
         query: dict[str, str] | None = None,
         idempotent: bool = True,
     ) -> Any:
+        """Call the endpoint declared as ``name`` with ``body`` (its request model); returns
+        the answer decoded into its response model."""
+        endpoint = api.BY_NAME[name]
         request = self._client.build_request(
-            method,
-            path,
+            endpoint.method,
+            self._path(endpoint, stream),
             content=None if body is None else _dumps(body),
             headers=_JSON,
             params=query,
         )
         response = self._send(request, stream=False, idempotent=idempotent)
-        return _json_or_raise(response)
+        if response.status_code >= 400:
+            raise _error_of(response)
+        try:
+            return msgspec.json.decode(response.content, type=endpoint.response)
+        except msgspec.DecodeError as exc:
+            raise ChangeStreamError(
+                f"the server answered {endpoint.path} with an unexpected body: {exc}"
+            ) from exc
 
-    def _db_call(
-        self, method: str, path: str, body: dict[str, Any] | None = None, **kw: Any
-    ) -> Any:
-        return self._call(method, self._prefix + path, body, **kw)
+    def _open_stream(self, name: str, body: models.Request, reconnect: bool) -> httpx.Response:
+        """POST a streaming request and return the response once the server accepted it;
+        with ``reconnect``, a server answering 503 (shutting down) is asked again (the next
+        one may be up) for up to ``reconnect_timeout`` seconds."""
+        path = self._path(api.BY_NAME[name], None)
+        content = _dumps(body)
 
-    def _open_stream(self, path: str, body: dict[str, Any], reconnecting: bool) -> httpx.Response:
-        """POST a streaming request and return the response once the server accepted it."""
-        deadline = time.monotonic() + self._reconnect_timeout
-        while True:
-            request = self._client.build_request(
-                "POST", self._prefix + path, content=_dumps(body), headers=_JSON
-            )
+        def attempt() -> httpx.Response:
+            request = self._client.build_request("POST", path, content=content, headers=_JSON)
             response = self._send(request, stream=True, idempotent=True)
             if response.status_code < 400:
                 return response
             response.read()
             response.close()
             error = _error_of(response)
-            # A restarting server answers 503 while it shuts down: wait for the next one.
-            if not (reconnecting and response.status_code == 503 and time.monotonic() < deadline):
-                raise error
-            time.sleep(0.1)
+            raise _Busy(error) if reconnect and response.status_code == 503 else error
+
+        try:
+            return reconnecting(self._reconnect_timeout, lambda e: isinstance(e, _Busy))(attempt)
+        except _Busy as busy:
+            raise busy.error from None
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -226,8 +251,8 @@ class RemoteDatabase:
     def execute_ddl(self, statements: str | Sequence[str]) -> int:
         """Apply DDL statements atomically on the server; returns their commit timestamp."""
         texts = statements if isinstance(statements, str) else list(statements)
-        reply = self._db_call("POST", "/ddl", {"statements": texts}, idempotent=False)
-        return int(reply["commit_timestamp"])
+        reply = self._invoke("ddl", models.DdlRequest(statements=texts), idempotent=False)
+        return int(reply.commit_timestamp)
 
     def transaction(self, tag: str | None = None) -> RemoteTransaction:
         """A transaction whose mutations are sent with its commit (see the module docs)."""
@@ -240,12 +265,12 @@ class RemoteDatabase:
         columns: Sequence[str] | None = None,
     ) -> list[tuple[Any, ...]]:
         """Rows of ``table`` in key order: all rows, the given keys, or a KeyRange."""
-        body = {
-            "table": table,
-            "keys": None if keys is None else encode(keys),
-            "columns": None if columns is None else list(columns),
-        }
-        rows = decode(self._db_call("POST", "/read", body)["rows"])
+        body = models.ReadRequest(
+            table=table,
+            keys=None if keys is None else encode(keys),
+            columns=None if columns is None else list(columns),
+        )
+        rows = decode(self._invoke("read", body).rows)
         return [tuple(row) for row in rows]
 
     def read_snapshot(
@@ -257,64 +282,58 @@ class RemoteDatabase:
     ) -> SnapshotRead:
         """Rows of ``table`` in key order (all, or a KeyRange; the first ``limit``) read in one
         snapshot on the server, with that snapshot's commit timestamp."""
-        body = {
-            "table": table,
-            "keys": None if keys is None else encode(keys),
-            "columns": None if columns is None else list(columns),
-            "limit": limit,
-        }
-        reply = self._db_call("POST", "/read_snapshot", body)
-        return SnapshotRead([tuple(row) for row in decode(reply["rows"])], reply["read_timestamp"])
+        body = models.ReadSnapshotRequest(
+            table=table,
+            keys=None if keys is None else encode(keys),
+            columns=None if columns is None else list(columns),
+            limit=limit,
+        )
+        reply = self._invoke("read_snapshot", body)
+        return SnapshotRead([tuple(row) for row in decode(reply.rows)], reply.read_timestamp)
 
     def tables(self) -> list[Table]:
         """The user tables, by name: columns in schema order, primary key in key order."""
-        return [Table.from_catalog(t) for t in self._db_call("GET", "/tables")["tables"]]
+        return [Table.from_catalog(t) for t in self._invoke("tables").tables]
 
     def change_streams(self) -> list[ChangeStream]:
         """The change streams users created (not the engine's own), by name."""
-        reply = self._db_call("GET", "/change_streams")
-        return [ChangeStream.from_catalog(s) for s in reply["change_streams"]]
+        reply = self._invoke("change_streams")
+        return [ChangeStream.from_catalog(s) for s in reply.change_streams]
 
     def system_documents(self, kind: str) -> dict[str, SystemDocument]:
         """Every system document of ``kind``, by name."""
-        reply = self._db_call("POST", "/system_documents/list", {"kind": kind})
-        return {
-            d["name"]: SystemDocument(d["name"], d["version"], decode(d["body"]))
-            for d in reply["documents"]
-        }
+        reply = self._invoke("documents_list", models.KindRequest(kind=kind))
+        return {d.name: SystemDocument(d.name, d.version, decode(d.body)) for d in reply.documents}
 
     def put_system_document(
         self, kind: str, name: str, body: Mapping[str, Any], expected_version: int | None
     ) -> int:
         """Write a system document if it is at ``expected_version`` (None: only if it does not
         exist); returns the new version. AlreadyExists / FailedPrecondition otherwise."""
-        request = {
-            "kind": kind,
-            "name": name,
-            "body": encode(body),
-            "expected_version": expected_version,
-        }
+        request = models.PutDocumentRequest(
+            kind=kind, name=name, body=encode(body), expected_version=expected_version
+        )
         # Not repeated on a broken connection: a repeat would find its own write and fail.
-        reply = self._db_call("POST", "/system_documents/put", request, idempotent=False)
-        return int(reply["version"])
+        return int(self._invoke("documents_put", request, idempotent=False).version)
 
     def delete_system_document(
         self, kind: str, name: str, expected_version: int | None = None
     ) -> bool:
         """Remove a system document and its log; True when it existed."""
-        request = {"kind": kind, "name": name, "expected_version": expected_version}
-        reply = self._db_call("POST", "/system_documents/delete", request, idempotent=False)
-        return bool(reply["deleted"])
+        request = models.DeleteDocumentRequest(
+            kind=kind, name=name, expected_version=expected_version
+        )
+        return bool(self._invoke("documents_delete", request, idempotent=False).deleted)
 
     def append_system_log(self, kind: str, name: str, entry: Mapping[str, Any]) -> None:
         """Append a JSON object to the log of kind/name; it is stamped with ``time`` (µs)."""
-        request = {"kind": kind, "name": name, "entry": encode(entry)}
-        self._db_call("POST", "/system_log/append", request, idempotent=False)
+        request = models.AppendLogRequest(kind=kind, name=name, entry=encode(entry))
+        self._invoke("log_append", request, idempotent=False)
 
     def system_log(self, kind: str, name: str, limit: int = 100) -> list[dict[str, Any]]:
         """The last ``limit`` entries of the log of kind/name, oldest first."""
-        request = {"kind": kind, "name": name, "limit": limit}
-        return list(decode(self._db_call("POST", "/system_log/list", request)["entries"]))
+        request = models.ListLogRequest(kind=kind, name=name, limit=limit)
+        return list(decode(self._invoke("log_list", request).entries))
 
     def execute_sql(self, sql: str, params: Params = None) -> ResultSet:
         """A SELECT, or a read function in either dialect (streamed, resuming like
@@ -332,8 +351,8 @@ class RemoteDatabase:
             if statement.dialect == "postgresql":
                 return ResultSet(["read_json_" + statement.stream], map(postgresql_row, records))
             return ResultSet(["ChangeRecord"], map(googlesql_row, records))
-        body = {"sql": sql, "params": encode(params)}
-        response = self._open_stream("/sql", body, reconnecting=False)
+        body = models.SqlRequest(sql=sql, params=encode(params))
+        response = self._open_stream("sql", body, reconnect=False)
         lines = _lines(response)
         try:
             first = next(lines, None)
@@ -355,18 +374,20 @@ class RemoteDatabase:
         read_options: Any = None,
     ) -> Iterator[ChangeRecord]:
         """The read function, streamed from the server; resumes across broken connections."""
-        body = {
-            "stream": stream,
-            "start_timestamp": encode(start_timestamp),
-            "end_timestamp": encode(end_timestamp),
-            "partition_token": encode(partition_token),
-            "heartbeat_milliseconds": encode(heartbeat_milliseconds),
-            "read_options": encode(read_options),
-        }
-        response = self._open_stream("/read_change_stream", body, reconnecting=False)
+        body = models.ReadChangeStreamRequest(
+            stream=stream,
+            start_timestamp=encode(start_timestamp),
+            end_timestamp=encode(end_timestamp),
+            partition_token=encode(partition_token),
+            heartbeat_milliseconds=encode(heartbeat_milliseconds),
+            read_options=encode(read_options),
+        )
+        response = self._open_stream("read_change_stream", body, reconnect=False)
         return self._records(body, response)
 
-    def _records(self, body: dict[str, Any], response: httpx.Response) -> Iterator[ChangeRecord]:
+    def _records(
+        self, body: models.ReadChangeStreamRequest, response: httpx.Response
+    ) -> Iterator[ChangeRecord]:
         last_data: tuple[int, int] | None = None
         last_heartbeat: int | None = None
         #: What had been returned when the current connection was opened (None: first one).
@@ -402,45 +423,47 @@ class RemoteDatabase:
                 if positions:
                     # Records of the last transaction may span the cut: start at its timestamp
                     # and skip what was returned (``_returned``).
-                    body = {**body, "start_timestamp": max(positions)}
-                response = self._open_stream("/read_change_stream", body, reconnecting=True)
+                    body = msgspec.structs.replace(body, start_timestamp=max(positions))
+                response = self._open_stream("read_change_stream", body, reconnect=True)
         finally:
             response.close()
 
     def partitions(self, stream: str, at: Any = None) -> list[Partition]:
         """The partitions of ``stream`` live now (or at timestamp ``at``), in key order."""
         query = None if at is None else {"at": str(parse_ts(at, "at"))}
-        reply = self._db_call("GET", f"/streams/{_segment(stream)}/partitions", query=query)
-        return [partition_from_json(p) for p in reply["partitions"]]
+        reply = self._invoke("partitions", stream=stream, query=query)
+        return [_partition(p) for p in reply.partitions]
 
     def partition_history(self, stream: str) -> list[Partition]:
         """Every partition of ``stream`` since it was created, oldest first (the lineage)."""
-        reply = self._db_call("GET", f"/streams/{_segment(stream)}/partition_history")
-        return [partition_from_json(p) for p in reply["partitions"]]
+        reply = self._invoke("partition_history", stream=stream)
+        return [_partition(p) for p in reply.partitions]
 
     def split_at(self, table: str, key: Sequence[Any]) -> int:
         """Split the split holding ``key`` of ``table`` at that key; returns the split time."""
-        body = {"table": table, "key": encode(key)}
-        return int(self._db_call("POST", "/split", body, idempotent=False)["timestamp"])
+        body = models.KeyRequest(table=table, key=encode(key))
+        return int(self._invoke("split", body, idempotent=False).timestamp)
 
     def merge_at(self, table: str, key: Sequence[Any]) -> int:
         """Merge the two splits meeting at ``key`` of ``table``; returns the merge time."""
-        body = {"table": table, "key": encode(key)}
-        return int(self._db_call("POST", "/merge", body, idempotent=False)["timestamp"])
+        body = models.KeyRequest(table=table, key=encode(key))
+        return int(self._invoke("merge", body, idempotent=False).timestamp)
 
     def split_policy(self) -> SplitPolicy:
         """The database's split policy."""
-        return policy_from_json(self._db_call("GET", "/split_policy"))
+        return policy_from_json(self._invoke("get_split_policy"))
 
     def set_split_policy(self, policy: SplitPolicy | None = None, **changes: Any) -> SplitPolicy:
         """Replace the split policy, or change some of its settings; returns the new one."""
-        body = {"policy": None if policy is None else policy.to_dict(), "changes": changes}
-        return policy_from_json(self._db_call("PUT", "/split_policy", body))
+        body = models.SetSplitPolicyRequest(
+            policy=None if policy is None else policy.to_dict(), changes=changes
+        )
+        return policy_from_json(self._invoke("set_split_policy", body))
 
     def rebalance(self) -> list[Action]:
         """Apply the split policy now; returns the splits and merges made."""
-        reply = self._db_call("POST", "/rebalance", idempotent=False)
-        return [action_from_json(a) for a in reply["actions"]]
+        reply = self._invoke("rebalance", models.NoBody(), idempotent=False)
+        return [action_from_json(a) for a in reply.actions]
 
     def leases(self, stream: str, consumer: str) -> RemoteLeaseTable:
         """The lease table of consumer group ``consumer`` on ``stream``."""
@@ -448,11 +471,13 @@ class RemoteDatabase:
 
     def lease_consumers(self, stream: str) -> list[str]:
         """The consumer groups that keep leases on ``stream``, sorted."""
-        return list(self._db_call("GET", f"/streams/{_segment(stream)}/consumers")["consumers"])
+        return list(self._invoke("consumers", stream=stream).consumers)
 
     def ensure_watch_stream(self) -> WatchSource:
-        """The internal change stream watch() reads, created on first use."""
-        return WatchSource(**self._db_call("POST", "/watch_source"))
+        """The internal change stream watch() reads, created on first use (which takes a
+        token with the admin scope: a read token cannot make reading write)."""
+        reply = self._invoke("watch_source", models.NoBody())
+        return WatchSource(reply.stream, reply.database, reply.now)
 
     def watch(
         self,
@@ -497,7 +522,7 @@ class RemoteTransaction(MutationMethods):
             raise InvalidArgument(f"tag must be a string, got {tag!r}")
         self._db = db
         self.tag = tag or ""
-        self._mutations: list[dict[str, Any]] = []
+        self._mutations: list[models.Mutation] = []
         self._session: str | None = None
         self._done = False
         #: The commit timestamp, set by a successful commit.
@@ -525,7 +550,7 @@ class RemoteTransaction(MutationMethods):
         if isinstance(columns, str):
             raise InvalidArgument(f"columns must be a list of names, got the string {columns!r}")
         self._mutations.append(
-            {"op": op, "table": table, "columns": list(columns), "values": encode(values)}
+            models.Mutation(op=op, table=table, columns=list(columns), values=encode(values))  # type: ignore[arg-type]
         )
 
     def delete(self, table: str, keys: Sequence[Sequence[Any]] | KeyRange) -> None:
@@ -535,23 +560,25 @@ class RemoteTransaction(MutationMethods):
             isinstance(keys, str | bytes) or not isinstance(keys, Sequence)
         ):
             raise InvalidArgument(f"keys must be a list of key tuples or a KeyRange, got {keys!r}")
-        self._mutations.append({"op": "delete", "table": table, "keys": encode(keys)})
+        self._mutations.append(models.Mutation(op="delete", table=table, keys=encode(keys)))
 
     def execute_update(self, dml: str, params: Params = None) -> int:
         """Run an INSERT, UPDATE or DELETE on the server now; returns the rows it changed."""
         self._check_open()
-        body = {"session": self._session, "tag": self.tag, "dml": dml, "params": encode(params)}
-        reply = self._db._db_call("POST", "/execute_update", body, idempotent=False)
-        self._session = reply["session"]
-        return int(reply["row_count"])
+        body = models.ExecuteUpdateRequest(
+            session=self._session, tag=self.tag, dml=dml, params=encode(params)
+        )
+        reply = self._db._invoke("execute_update", body, idempotent=False)
+        self._session = reply.session
+        return int(reply.row_count)
 
     def commit(self) -> dt.datetime:
         """Send the mutations and commit; returns the commit timestamp."""
         self._check_open()
         self._done = True
-        body = {"tag": self.tag, "session": self._session, "mutations": self._mutations}
-        reply = self._db._db_call("POST", "/commit", body, idempotent=False)
-        self.commit_timestamp = to_datetime(reply["commit_timestamp"])
+        body = models.CommitRequest(tag=self.tag, session=self._session, mutations=self._mutations)
+        reply = self._db._invoke("commit", body, idempotent=False)
+        self.commit_timestamp = to_datetime(reply.commit_timestamp)
         return self.commit_timestamp
 
     def rollback(self) -> None:
@@ -562,7 +589,7 @@ class RemoteTransaction(MutationMethods):
         if self._session is not None:
             # If this fails, the server rolls the abandoned transaction back after its timeout.
             with suppress(ChangeStreamError):
-                self._db._db_call("POST", "/rollback", {"session": self._session})
+                self._db._invoke("rollback", models.RollbackRequest(session=self._session))
 
 
 class RemoteLeaseTable:
@@ -570,38 +597,55 @@ class RemoteLeaseTable:
 
     def __init__(self, db: RemoteDatabase, stream: str, consumer: str) -> None:
         self._db = db
-        self._path = f"/streams/{_segment(stream)}/leases/"
+        self._stream = stream
         self._consumer = consumer
 
-    def _op(self, op: str, idempotent: bool = False, **body: Any) -> Any:
-        return self._db._db_call(
-            "POST", self._path + op, {"consumer": self._consumer, **body}, idempotent=idempotent
-        )
+    def _change(self, name: str, lease: Lease) -> Any:
+        body = models.LeaseChangeRequest(consumer=self._consumer, lease=lease_to_json(lease))
+        return self._db._invoke(name, body, stream=self._stream, idempotent=False)
 
     def list_leases(self) -> list[Lease]:
         """Every row of this consumer group, in key order."""
-        return [lease_from_json(x) for x in self._op("list", idempotent=True)["leases"]]
+        body = models.ConsumerRequest(consumer=self._consumer)
+        reply = self._db._invoke("leases_list", body, stream=self._stream)
+        return [lease_from_json(x) for x in reply.leases]
 
     def get(self, status_type: str, status_value: str) -> Lease | None:
         """The row with this key, or None."""
-        reply = self._op("get", True, status_type=status_type, status_value=status_value)
-        return None if reply["lease"] is None else lease_from_json(reply["lease"])
+        body = models.LeaseGetRequest(
+            consumer=self._consumer, status_type=status_type, status_value=status_value
+        )
+        reply = self._db._invoke("leases_get", body, stream=self._stream)
+        return None if reply.lease is None else lease_from_json(reply.lease)
 
     def insert_if_absent(self, lease: Lease) -> bool:
         """Add ``lease`` unless a row with its key exists; True when this call added it."""
-        return bool(self._op("insert_if_absent", lease=lease_to_json(lease))["inserted"])
+        return bool(self._change("leases_insert_if_absent", lease).inserted)
 
     def update(self, lease: Lease) -> Lease | None:
         """Write the lease if the row's counter still equals ``lease.lease_counter``."""
-        reply = self._op("update", lease=lease_to_json(lease))
-        return None if reply["lease"] is None else lease_from_json(reply["lease"])
+        reply = self._change("leases_update", lease)
+        return None if reply.lease is None else lease_from_json(reply.lease)
 
     def delete(self, lease: Lease) -> bool:
         """Remove the row if its counter still equals ``lease.lease_counter``."""
-        return bool(self._op("delete", lease=lease_to_json(lease))["deleted"])
+        return bool(self._change("leases_delete", lease).deleted)
 
 
 # -- helpers ------------------------------------------------------------------------------------
+
+
+def _partition(given: models.Partition) -> Partition:
+    return Partition(
+        token=given.token,
+        start_timestamp=given.start_timestamp,
+        end_timestamp=given.end_timestamp,
+        start_key=given.start_key,
+        end_key=given.end_key,
+        parent_tokens=tuple(given.parent_tokens),
+        child_tokens=tuple(given.child_tokens),
+        write_rate=given.write_rate,
+    )
 
 
 def _segment(name: str) -> str:
@@ -616,12 +660,6 @@ def _error_of(response: httpx.Response) -> ChangeStreamError:
         return ChangeStreamError(f"the server answered HTTP {response.status_code}: {text}")
     error = body.get("error") if isinstance(body, dict) else None
     return error_from_json(error, response.status_code)
-
-
-def _json_or_raise(response: httpx.Response) -> Any:
-    if response.status_code >= 400:
-        raise _error_of(response)
-    return orjson.loads(response.content)
 
 
 def _lines(response: httpx.Response) -> Iterator[dict[str, Any]]:
@@ -669,9 +707,9 @@ def _returned(
     return False
 
 
-def _dumps(body: dict[str, Any]) -> bytes:
+def _dumps(body: models.Request) -> bytes:
     """A request body as JSON; text that is not valid Unicode cannot be sent."""
     try:
-        return orjson.dumps(body)
-    except orjson.JSONEncodeError as exc:
+        return msgspec.json.encode(body)
+    except (msgspec.EncodeError, UnicodeEncodeError) as exc:
         raise InvalidArgument(f"the request cannot be sent as JSON: {exc}") from exc

@@ -1,13 +1,25 @@
-"""Server metrics in the Prometheus text exposition format (version 0.0.4)."""
+"""Server metrics through ``prometheus_client``: the server's own counters and gauges, and the
+process's (CPU, memory, open files) and the Python platform's.
+
+Each server has its own registry, so several servers in one process (tests) keep apart.
+Hot paths only bump plain counters under a lock; the metric families are built when scraped.
+"""
 
 from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
+from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.registry import Collector
+
 from changestream.clock import now_us
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 
 @dataclass(slots=True)
@@ -21,7 +33,7 @@ class OpenStream:
     records: Counter[str] = field(default_factory=Counter)
 
 
-class Metrics:
+class Metrics(Collector):
     """Counters and gauges of one server, safe to update from any thread."""
 
     def __init__(self) -> None:
@@ -31,6 +43,12 @@ class Metrics:
         self._requests: Counter[tuple[str, int]] = Counter()
         self._records: Counter[tuple[str, str]] = Counter()
         self._streams: dict[int, OpenStream] = {}
+        self._partitions: list[tuple[str, str, int]] = []
+        self._scrape = threading.Lock()
+        self.registry = CollectorRegistry(auto_describe=False)
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+        self.registry.register(self)
 
     def committed(self, database: str, rows: int) -> None:
         with self._lock:
@@ -53,8 +71,13 @@ class Metrics:
             for kind, count in entry.records.items():
                 self._records[(entry.database, kind)] += count
 
-    def render(self, partitions: Iterable[tuple[str, str, int]]) -> str:
-        """The text format; ``partitions`` gives (database, stream, live partitions)."""
+    def render(self, partitions: Iterable[tuple[str, str, int]]) -> bytes:
+        """The exposition text; ``partitions`` gives (database, stream, live partitions)."""
+        with self._scrape:
+            self._partitions = sorted(partitions)
+            return generate_latest(self.registry)
+
+    def collect(self) -> Iterator[Metric]:
         now = now_us()
         with self._lock:
             streams = list(self._streams.values())
@@ -70,60 +93,65 @@ class Metrics:
             if entry.stream and entry.position:
                 key = (entry.database, entry.stream)
                 lag[key] = max(lag.get(key, 0.0), max(now - entry.position, 0) / 1e6)
-        out: list[str] = []
 
-        def family(name: str, kind: str, doc: str, samples: Iterable[tuple[str, float]]) -> None:
-            out.append(f"# HELP {name} {doc}")
-            out.append(f"# TYPE {name} {kind}")
-            out.extend(f"{name}{labels} {value:g}" for labels, value in samples)
+        def family(
+            kind: type[CounterMetricFamily | GaugeMetricFamily],
+            name: str,
+            doc: str,
+            labels: list[str],
+            samples: Iterable[tuple[tuple[str, ...], float]],
+        ) -> Metric:
+            metric = kind(name, doc, labels=labels)
+            for values, value in samples:
+                metric.add_metric(list(values), value)
+            return metric
 
-        family(
-            "changestream_commits_total",
-            "counter",
+        yield family(
+            CounterMetricFamily,
+            "changestream_commits",
             "Transactions committed through the server.",
-            ((_labels(database=d), n) for d, n in sorted(commits.items())),
+            ["database"],
+            (((d,), n) for d, n in sorted(commits.items())),
         )
-        family(
-            "changestream_rows_written_total",
-            "counter",
+        yield family(
+            CounterMetricFamily,
+            "changestream_rows_written",
             "Rows written by mutations and DML of committed transactions.",
-            ((_labels(database=d), n) for d, n in sorted(rows.items())),
+            ["database"],
+            (((d,), n) for d, n in sorted(rows.items())),
         )
-        family(
-            "changestream_records_read_total",
-            "counter",
+        yield family(
+            CounterMetricFamily,
+            "changestream_records_read",
             "Change records and result rows sent to clients, by type.",
-            ((_labels(database=d, type=t), n) for (d, t), n in sorted(records.items())),
+            ["database", "type"],
+            sorted(records.items()),
         )
-        family(
+        yield family(
+            GaugeMetricFamily,
             "changestream_open_streams",
-            "gauge",
             "Streaming responses in flight.",
-            ((_labels(database=d), n) for d, n in sorted(open_streams.items())),
+            ["database"],
+            (((d,), n) for d, n in sorted(open_streams.items())),
         )
-        family(
+        yield family(
+            GaugeMetricFamily,
             "changestream_partitions",
-            "gauge",
             "Live partitions of each change stream.",
-            ((_labels(database=d, stream=s), n) for d, s, n in sorted(partitions)),
+            ["database", "stream"],
+            (((d, s), n) for d, s, n in self._partitions),
         )
-        family(
+        yield family(
+            GaugeMetricFamily,
             "changestream_stream_lag_seconds",
-            "gauge",
             "Largest time between now and how far an open read of the stream has got.",
-            ((_labels(database=d, stream=s), v) for (d, s), v in sorted(lag.items())),
+            ["database", "stream"],
+            sorted(lag.items()),
         )
-        family(
-            "changestream_requests_total",
-            "counter",
+        yield family(
+            CounterMetricFamily,
+            "changestream_requests",
             "HTTP requests answered, by route and status.",
-            ((_labels(route=r, status=str(s)), n) for (r, s), n in sorted(requests.items())),
+            ["route", "status"],
+            (((r, str(s)), n) for (r, s), n in sorted(requests.items())),
         )
-        return "\n".join(out) + "\n"
-
-
-def _labels(**labels: str) -> str:
-    def escape(text: str) -> str:
-        return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-    return "{" + ",".join(f'{k}="{escape(v)}"' for k, v in labels.items()) + "}"

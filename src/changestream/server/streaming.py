@@ -84,6 +84,11 @@ class LineStream:
         """Make the sender look at the stream now (the server is shutting down)."""
         self._wake.set()
 
+    @property
+    def stopped(self) -> bool:
+        """True once the client is gone (polled by work that should then stop)."""
+        return self._stopped
+
     def stop(self) -> None:
         """The client is gone: release a producer waiting for room and refuse further lines."""
         with self._cond:

@@ -33,6 +33,9 @@ from changestream.store.keys import KeyRange
 from changestream.types import COMMIT_TIMESTAMP
 
 _INT_MIN, _INT_MAX = -(2**63), 2**64 - 1
+#: Deepest nesting of arrays and objects a value may have (deeper ones would exhaust the
+#: stack of the code that walks them).
+MAX_NESTING = 64
 _BOUNDS = ("start_closed", "start_open", "end_closed", "end_open")
 
 
@@ -104,25 +107,31 @@ def _encode_other(value: Any) -> Any:
     raise InvalidArgument(f"cannot send a value of type {type(value).__name__}: {value!r}")
 
 
-def decode(value: Any) -> Any:
-    """The Python value that typed JSON ``value`` stands for."""
+def decode(value: Any, depth: int = 0) -> Any:
+    """The Python value that typed JSON ``value`` stands for (``depth``: how deep ``value``
+    already is; values nested more than :data:`MAX_NESTING` deep are refused)."""
     kind = type(value)
-    if kind is list:
-        return [decode(item) for item in value]
-    if kind is not dict:
+    if kind is not list and kind is not dict:
         return value
+    if depth >= MAX_NESTING:
+        raise InvalidArgument(
+            f"a value nests arrays and objects more than {MAX_NESTING} levels deep"
+        )
+    depth += 1
+    if kind is list:
+        return [decode(item, depth) for item in value]
     if len(value) == 1:
         ((key, body),) = value.items()
         if key.startswith("$"):
-            return _decode_tag(key, body)
-    return {key: decode(item) for key, item in value.items()}
+            return _decode_tag(key, body, depth)
+    return {key: decode(item, depth) for key, item in value.items()}
 
 
-def _decode_tag(tag: str, body: Any) -> Any:
+def _decode_tag(tag: str, body: Any, depth: int) -> Any:
     if tag == "$object":
         if not isinstance(body, dict):
             raise InvalidArgument(f"$object must hold an object, got {body!r}")
-        return {key: decode(item) for key, item in body.items()}
+        return {key: decode(item, depth) for key, item in body.items()}
     if tag == "$commit_timestamp":
         return COMMIT_TIMESTAMP
     if tag == "$key_range":
@@ -170,5 +179,5 @@ def _decode_key_range(body: Any) -> KeyRange:
         bound = body.get(name)
         if bound is not None and not isinstance(bound, list):
             raise InvalidArgument(f"$key_range {name} must be a list or null, got {bound!r}")
-        bounds[name] = None if bound is None else tuple(decode(bound))
+        bounds[name] = None if bound is None else tuple(decode(bound, 1))
     return KeyRange(**bounds)

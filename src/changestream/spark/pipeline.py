@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+import tenacity
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
@@ -51,6 +52,7 @@ from changestream.errors import (
     NotFound,
     Unavailable,
 )
+from changestream.retry import retrying
 from changestream.spark.backfill import DONE_PREFIX, PLAN, KeyCodec, chunks, plan_boundaries
 from changestream.spark.frontier import Frontier
 from changestream.spark.replica import DeltaReplica
@@ -458,21 +460,34 @@ class Pipeline:
         )
 
     def _attempts(self, obj: str, work: Callable[[], T]) -> T:
-        """``work()``, tried ``attempts`` times with backoff while it fails retriably; each
-        failure is recorded in the stream's errors."""
-        for attempt in range(1, self.options.attempts + 1):
-            try:
-                return work()
-            except Exception as exc:
-                message, retriable = classify(exc)
-                if not retriable:
-                    raise _BatchError(obj, message, False) from exc
-                message = f"{message} (attempt {attempt})"
+        """``work()``, tried ``attempts`` times with jittered backoff while it fails retriably;
+        each failure is recorded in the stream's errors."""
+
+        def record(state: tenacity.RetryCallState) -> None:
+            error = state.outcome.exception() if state.outcome else None
+            message = classify(error)[0] if error else "failed"
+            self.catalog.record_error(
+                self.name, obj, f"{message} (attempt {state.attempt_number})", retriable=True
+            )
+
+        backoff = self.options.backoff_seconds
+        try:
+            for attempt in retrying(
+                lambda exc: classify(exc)[1],
+                first=backoff,
+                most=backoff * 2 ** max(0, self.options.attempts - 1),
+                attempts=self.options.attempts,
+                before_sleep=record,
+            ):
+                with attempt:
+                    return work()
+        except Exception as exc:
+            message, retriable = classify(exc)
+            if retriable:
+                message = f"{message} (attempt {self.options.attempts})"
                 self.catalog.record_error(self.name, obj, message, retriable=True)
-                if attempt == self.options.attempts:
-                    raise _BatchError(obj, message, True) from exc
-                time.sleep(self.options.backoff_seconds * 2 ** (attempt - 1))
-        raise AssertionError("unreachable: attempts is at least 1")
+            raise _BatchError(obj, message, retriable) from exc
+        raise AssertionError("unreachable: tenacity returns or raises")
 
     def _merge(self, plan: TaskPlan, summary: list[dict[str, Any]], batch_key: str) -> None:
         """One MERGE per object of the rows the tasks staged, then the staging is removed."""

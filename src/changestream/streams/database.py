@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from changestream.clock import Clock, format_ts, parse_ts
 from changestream.ddl.schema import SYSTEM_VALUE_CAPTURE_TYPE
-from changestream.errors import InvalidArgument, NotFound, reported
+from changestream.errors import ChangeStreamError, InvalidArgument, NotFound, reported
 from changestream.sql.limits import DEFAULT_LIMITS, SqlLimits
 from changestream.sql.statements import (
     DmlStatement,
@@ -18,7 +18,6 @@ from changestream.sql.statements import (
     SelectQuery,
     parse_statement,
 )
-from changestream.store.budget import time_budget
 from changestream.store.database import Store
 from changestream.store.keys import describe_key
 from changestream.store.leases import LeaseTable, check_consumer, lease_consumers
@@ -29,6 +28,7 @@ from changestream.streams.capture import ChangeCapture
 from changestream.streams.interface import WatchSource
 from changestream.streams.read import ChangeStreamReader, validate
 from changestream.streams.records import ChangeRecord, googlesql_row, postgresql_row
+from changestream.streams.sandbox import SqlSandbox, run_select
 from changestream.streams.tokens import PartitionId, encode_token
 
 if TYPE_CHECKING:
@@ -186,8 +186,15 @@ class EmbeddedDatabase(Store):
         return iter(ChangeStreamReader(self, request))
 
     @reported
-    def execute_sql(self, sql: str, params: Params = None) -> ResultSet:
-        """Run a SELECT over user tables, or a change stream read function in either dialect."""
+    def execute_sql(
+        self, sql: str, params: Params = None, *, sandbox: SqlSandbox | None = None
+    ) -> ResultSet:
+        """Run a SELECT over user tables, or a change stream read function in either dialect.
+
+        Rows are fetched as they are iterated. ``sandbox`` holds a SELECT to user tables,
+        allowed functions and a budget (see :mod:`changestream.streams.sandbox`): pass one
+        for SQL from callers you do not trust; the server always does. Without one, the
+        database's ``SqlLimits`` bound the statement's parse and run time."""
         statement = parse_statement(sql, params, limits=self.sql_limits)
         if isinstance(statement, ReadFunctionCall):
             records = self.read_change_stream(
@@ -207,18 +214,24 @@ class EmbeddedDatabase(Store):
                 "db.transaction()"
             )
         assert isinstance(statement, SelectQuery)
-        conn = self.connection()
-        try:
-            with time_budget(conn, self.sql_limits.execute_seconds, "the query"):
-                cursor = conn.execute(statement.sql, statement.params)
-                rows = cursor.fetchall()
-        except sqlite3.Error as exc:
+        tables = self.catalog().tables
+
+        def translate(exc: sqlite3.Error) -> ChangeStreamError:
             if "no such table" in str(exc):
-                known = ", ".join(sorted(self.catalog().tables)) or "none"
-                raise NotFound(f"query failed: {exc} (tables: {known})") from exc
-            raise InvalidArgument(f"query failed: {exc}") from exc
-        fields = [d[0] for d in cursor.description or ()]
-        return ResultSet(fields, iter([list(row) for row in rows]))
+                known = ", ".join(sorted(tables)) or "none"
+                return NotFound(f"query failed: {exc} (tables: {known})")
+            return InvalidArgument(f"query failed: {exc}")
+
+        fields, rows = run_select(
+            self.connection(),
+            statement.sql,
+            statement.params,
+            tables,
+            sandbox,
+            translate,
+            self.sql_limits.execute_seconds,
+        )
+        return ResultSet(fields, rows)
 
     def _partitions(self, stream: str, pick: Callable[[int], list[Split]]) -> list[Partition]:
         entry = self.catalog().stream(stream)

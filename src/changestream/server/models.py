@@ -1,0 +1,391 @@
+"""The typed bodies of the HTTP interface: requests, responses and stream lines.
+
+msgspec Structs: values JSON cannot carry travel in the typed encoding of :mod:`.values`, so
+fields holding such values are ``Any`` here and decoded by the handler (as are arguments the
+engine checks itself, so remote callers get the embedded messages). Requests refuse fields
+they do not know; responses do not, so a newer server may add some. This module imports
+nothing from the server, so clients can use it without Starlette.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+
+class Model(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """A response body (clients ignore fields they do not know, so the server may add some)."""
+
+
+class Request(Model, forbid_unknown_fields=True):
+    """A request body: a field the server does not know is an error, not silently dropped."""
+
+
+# -- requests ---------------------------------------------------------------------------------
+
+
+class DdlRequest(Request):
+    """DDL statements, applied atomically."""
+
+    statements: str | list[str]
+
+
+class Mutation(Request):
+    """One buffered mutation: ``insert``/``update``/``insert_or_update``/``replace`` take
+    ``columns`` and ``values`` (rows), ``delete`` takes ``keys`` (key lists or a $key_range)."""
+
+    op: Literal["insert", "update", "insert_or_update", "replace", "delete"]
+    table: str
+    columns: list[str] | None = None
+    values: Any = None
+    keys: Any = None
+
+
+class CommitRequest(Request):
+    """Mutations to apply and commit; with ``session``, the transaction DML opened."""
+
+    mutations: list[Mutation] = []
+    tag: str | None = None
+    session: str | None = None
+
+
+class ExecuteUpdateRequest(Request):
+    """DML to run now, in a new server-side transaction or in ``session``."""
+
+    dml: str
+    params: Any = None
+    session: str | None = None
+    tag: str | None = None
+
+
+class RollbackRequest(Request):
+    session: str
+
+
+class ReadRequest(Request):
+    """Rows of a table: all, the given keys, or a $key_range; some columns or all."""
+
+    table: str
+    keys: Any = None
+    columns: list[str] | None = None
+
+
+class ReadSnapshotRequest(Request):
+    table: str
+    keys: Any = None
+    columns: list[str] | None = None
+    limit: Any = None
+
+
+class KindRequest(Request):
+    kind: str
+
+
+class PutDocumentRequest(Request):
+    kind: str
+    name: str
+    body: Any = None
+    expected_version: Any = None
+
+
+class DeleteDocumentRequest(Request):
+    kind: str
+    name: str
+    expected_version: Any = None
+
+
+class AppendLogRequest(Request):
+    kind: str
+    name: str
+    entry: Any = None
+
+
+class ListLogRequest(Request):
+    kind: str
+    name: str
+    limit: Any = 100
+
+
+class SqlRequest(Request):
+    """A SELECT over user tables, or the read function in GoogleSQL or PostgreSQL syntax."""
+
+    sql: str
+    params: Any = None
+
+
+class ReadChangeStreamRequest(Request):
+    """The read function's arguments (timestamps: microseconds, RFC 3339 or $datetime)."""
+
+    stream: str
+    start_timestamp: Any = None
+    end_timestamp: Any = None
+    partition_token: Any = None
+    heartbeat_milliseconds: Any = 10_000
+    read_options: Any = None
+
+
+class KeyRequest(Request):
+    """A split point: a table and a key (a list of key values)."""
+
+    table: str
+    key: Any = None
+
+
+class SetSplitPolicyRequest(Request):
+    """A whole policy, or changes to some of its fields."""
+
+    policy: dict[str, Any] | None = None
+    changes: dict[str, Any] | None = None
+
+
+class ConsumerRequest(Request):
+    consumer: str
+
+
+class LeaseGetRequest(Request):
+    consumer: str
+    status_type: str
+    status_value: str
+
+
+class LeaseChangeRequest(Request):
+    consumer: str
+    lease: dict[str, Any]
+
+
+class CreateStreamRequest(Request):
+    """A Datastream-style stream: ``definition`` has the fields of
+    ``changestream.datastream.StreamDefinition`` (name, change_stream, destination, ...)."""
+
+    definition: dict[str, Any]
+
+
+class StreamStateRequest(Request):
+    """A user's lifecycle verb: start (Not started/Paused → Starting), pause, resume, drain."""
+
+    verb: Literal["start", "pause", "resume", "drain"]
+
+
+class NoBody(Request):
+    """An empty object (or no body at all)."""
+
+
+# -- responses --------------------------------------------------------------------------------
+
+
+class Status(Model):
+    status: str
+
+
+class Readiness(Model):
+    status: str
+    databases: int | None = None
+
+
+class NotDatabase(Model):
+    """A file the server found but does not serve, and why."""
+
+    name: str
+    problem: str
+
+
+class DatabaseList(Model):
+    databases: list[str]
+    not_databases: list[NotDatabase] = []
+
+
+class CommitTimestamp(Model):
+    commit_timestamp: int
+
+
+class Timestamp(Model):
+    timestamp: int
+
+
+class ExecuteUpdateResponse(Model):
+    session: str
+    row_count: int
+
+
+class Rows(Model):
+    rows: list[Any]
+
+
+class SnapshotRows(Model):
+    rows: list[Any]
+    read_timestamp: int
+
+
+class Tables(Model):
+    tables: list[dict[str, Any]]
+
+
+class ChangeStreams(Model):
+    change_streams: list[dict[str, Any]]
+
+
+class Document(Model):
+    name: str
+    version: int
+    body: Any
+
+
+class Documents(Model):
+    documents: list[Document]
+
+
+class Version(Model):
+    version: int
+
+
+class Deleted(Model):
+    deleted: bool
+
+
+class Inserted(Model):
+    inserted: bool
+
+
+class Entries(Model):
+    entries: list[Any]
+
+
+class Partition(Model):
+    token: str
+    start_timestamp: int
+    end_timestamp: int | None
+    start_key: str
+    end_key: str
+    parent_tokens: list[str]
+    child_tokens: list[str]
+    write_rate: float = 0.0
+
+
+class Partitions(Model):
+    partitions: list[Partition]
+
+
+class Actions(Model):
+    actions: list[dict[str, Any]]
+
+
+class Consumers(Model):
+    consumers: list[str]
+
+
+class Leases(Model):
+    leases: list[dict[str, Any]]
+
+
+class MaybeLease(Model):
+    lease: dict[str, Any] | None
+
+
+class WatchSourceResponse(Model):
+    stream: str
+    database: str
+    now: int
+
+
+class Empty(Model):
+    pass
+
+
+class StreamSummary(Model):
+    name: str
+    state: str
+    definition: dict[str, Any]
+
+
+class StreamList(Model):
+    streams: list[StreamSummary]
+
+
+class StreamState(Model):
+    name: str
+    state: str
+
+
+class ErrorDetail(Model):
+    code: str
+    message: str
+    statement: str | None = None
+    position: int | None = None
+
+
+class Error(Model):
+    """Every error: ``code`` is the ``changestream.errors`` class, ``message`` says why."""
+
+    error: ErrorDetail
+
+
+# -- stream lines (NDJSON) ----------------------------------------------------------------------
+
+
+class Line(msgspec.Struct, tag_field="type", kw_only=True):
+    """One line of a streamed (NDJSON) response."""
+
+
+class RecordLine(Line, tag="data_change_record"):
+    record: dict[str, Any]
+    timestamp_us: int
+    partition_token: str | None = None
+
+
+class HeartbeatLine(Line, tag="heartbeat_record"):
+    record: dict[str, Any]
+    timestamp_us: int
+    partition_token: str | None = None
+
+
+class ChildPartitionsLine(Line, tag="child_partitions_record"):
+    record: dict[str, Any]
+    timestamp_us: int
+    partition_token: str | None = None
+
+
+class FieldsLine(Line, tag="fields"):
+    fields: list[str]
+
+
+class RowLine(Line, tag="row"):
+    row: list[Any]
+
+
+class KeepaliveLine(Line, tag="keepalive"):
+    pass
+
+
+class ErrorLine(Line, tag="error"):
+    error: ErrorDetail
+
+
+class EndLine(Line, tag="end"):
+    pass
+
+
+class ShutdownLine(Line, tag="shutdown"):
+    pass
+
+
+RecordStream = (
+    RecordLine
+    | HeartbeatLine
+    | ChildPartitionsLine
+    | KeepaliveLine
+    | ErrorLine
+    | EndLine
+    | ShutdownLine
+)
+SqlStream = (
+    FieldsLine
+    | RowLine
+    | RecordLine
+    | HeartbeatLine
+    | ChildPartitionsLine
+    | KeepaliveLine
+    | ErrorLine
+    | EndLine
+    | ShutdownLine
+)
