@@ -52,9 +52,10 @@ def records(db: changestream.EmbeddedDatabase, start: int) -> list[dict[str, Any
 
 
 def refused(db: changestream.EmbeddedDatabase, call: Callable[[], object]) -> str:
-    """Run ``call``, which must raise InvalidArgument and leave every table as it was."""
+    """Run ``call``, which must raise InvalidArgument (or ResourceExhausted, for a spent
+    budget) and leave every table as it was."""
     before = all_rows(db)
-    with pytest.raises(InvalidArgument) as caught:
+    with pytest.raises((InvalidArgument, ResourceExhausted)) as caught:
         call()
     assert all_rows(db) == before
     return str(caught.value)
