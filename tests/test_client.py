@@ -33,7 +33,7 @@ from changestream.client import (
     ShutdownReason,
     StreamClient,
 )
-from changestream.client.lease_table import END, PARTITION_LEASE
+from changestream.client.lease_table import END, PARTITION_LEASE, describe_leases
 from changestream.client.taker import LeaseTaker
 
 pytestmark = pytest.mark.timeout(120)
@@ -482,9 +482,18 @@ def test_a_restarted_group_resumes_after_its_checkpoints(
 def test_children_wait_until_every_parent_is_finished(acc: tuple[EmbeddedDatabase, int]) -> None:
     db, created = acc
     db.split_at("Acc", (20,))
-    left, _ = db.partitions(STREAM)
+    left, right = db.partitions(STREAM)
     log = Log()
     hold_left = threading.Event()
+
+    def child_waits_for_left() -> bool:
+        """The right parent finished, and the merge child's lease waits (the left is held)."""
+        states = describe_leases(db.leases(STREAM, "default").list_leases(), db.now())
+        by_token = {s.lease.status_value: s.state for s in states}
+        children = [s for s in states if left.token in s.lease.parent_shard_ids]
+        return by_token.get(right.token) == "finished" and [c.state for c in children] == [
+            "waiting"
+        ]
 
     class HoldsLeft(Recorder):
         def process_records(self, records: list[DataChangeRecord], cp: Checkpointer) -> None:
@@ -498,7 +507,8 @@ def test_children_wait_until_every_parent_is_finished(acc: tuple[EmbeddedDatabas
         db.merge_at("Acc", (20,))
         write(db, [[5, 2], [25, 2]])
         wait_for("the right parent", lambda: log.values().get(25) == [1])
-        time.sleep(1.0)  # the merge child must not start while its left parent is held
+        # The child's lease is there and waits: it cannot be taken while its left parent is held.
+        wait_for("the merge child waiting for its held parent", child_waits_for_left)
         assert 5 not in log.values() and log.values()[25] == [1]
         hold_left.set()
         wait_for("everything", lambda: log.count() == 4)
