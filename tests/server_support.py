@@ -25,6 +25,54 @@ from changestream.server import (
     serve_in_thread,
 )
 
+#: The scope each endpoint needs, written down here as the README documents it (read: reads,
+#: SQL, streams; write: transactions, leases, system documents; admin: DDL, split/merge, split
+#: policy, creating and deleting Datastream streams), not taken from the server's own tables.
+DB = "/v1/databases/{database}"
+STREAM = DB + "/streams/{stream}"
+EXPECTED_SCOPES: dict[tuple[str, str], str | None] = {
+    ("GET", "/healthz"): None,
+    ("GET", "/readyz"): None,
+    ("GET", "/openapi.json"): None,
+    ("GET", "/docs"): None,
+    ("GET", "/metrics"): "read",
+    ("GET", "/v1/databases"): "read",
+    ("POST", DB + "/ddl"): "admin",
+    ("POST", DB + "/commit"): "write",
+    ("POST", DB + "/execute_update"): "write",
+    ("POST", DB + "/rollback"): "write",
+    ("POST", DB + "/read"): "read",
+    ("POST", DB + "/read_snapshot"): "read",
+    ("GET", DB + "/tables"): "read",
+    ("GET", DB + "/change_streams"): "read",
+    ("POST", DB + "/system_documents/list"): "read",
+    ("POST", DB + "/system_documents/put"): "write",
+    ("POST", DB + "/system_documents/delete"): "write",
+    ("POST", DB + "/system_log/append"): "write",
+    ("POST", DB + "/system_log/list"): "read",
+    ("POST", DB + "/sql"): "read",
+    ("POST", DB + "/read_change_stream"): "read",
+    ("POST", DB + "/split"): "admin",
+    ("POST", DB + "/merge"): "admin",
+    ("GET", DB + "/split_policy"): "read",
+    ("PUT", DB + "/split_policy"): "admin",
+    ("POST", DB + "/rebalance"): "admin",
+    ("POST", DB + "/watch_source"): "read",
+    ("GET", STREAM + "/partitions"): "read",
+    ("GET", STREAM + "/partition_history"): "read",
+    ("GET", STREAM + "/consumers"): "read",
+    ("POST", STREAM + "/leases/list"): "read",
+    ("POST", STREAM + "/leases/get"): "read",
+    ("POST", STREAM + "/leases/insert_if_absent"): "write",
+    ("POST", STREAM + "/leases/update"): "write",
+    ("POST", STREAM + "/leases/delete"): "write",
+    ("GET", DB + "/streams"): "read",
+    ("POST", DB + "/streams"): "admin",
+    ("GET", STREAM): "read",
+    ("DELETE", STREAM): "admin",
+    ("PUT", STREAM + "/state"): "write",
+}
+
 #: Every wait is bounded so a broken server fails a test instead of hanging it.
 WAIT_S = 30.0
 

@@ -20,11 +20,16 @@ from changestream.server import TokenFile, create_token
 from changestream.server.auth import token_hash
 from changestream.server.routes import ROUTES
 from tests.conftest import ACCOUNT_BALANCE
-from tests.server_support import serving
+from tests.server_support import EXPECTED_SCOPES, serving
 
 SCOPES = ("read", "write", "admin")
 DATASTREAM = {"database": "bank.db", "change_stream": "Bank", "destination": "/nonexistent/out"}
 LEASE = {"status_type": "partition", "status_value": "p1"}
+
+
+def test_every_declared_endpoint_has_the_documented_scope() -> None:
+    declared = {(method, path): scope for path, method, scope, *_ in ROUTES}
+    assert declared == EXPECTED_SCOPES
 
 
 def request_for(path: str, method: str, created: int) -> tuple[str, dict[str, Any] | None]:
@@ -103,7 +108,10 @@ def call(url: str, method: str, path: str, body: Any, token: str | None) -> http
     return httpx.request(method, url + path, content=content, headers=headers, timeout=30)
 
 
-@pytest.mark.parametrize(("path", "method", "scope"), [r[:3] for r in ROUTES])
+@pytest.mark.parametrize(
+    ("path", "method", "scope"),
+    [(path, method, scope) for (method, path), scope in EXPECTED_SCOPES.items()],
+)
 def test_every_endpoint_checks_token_and_scope(
     secured: tuple[str, dict[str, str], int], path: str, method: str, scope: str | None
 ) -> None:
