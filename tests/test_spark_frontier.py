@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 from dataclasses import dataclass, field
 
@@ -9,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from changestream.spark.frontier import Frontier, ReadRange, advance, ranges
-from changestream.spark.planning import group
+from changestream.spark.planning import MIN_CUT_US, group
 
 
 @dataclass
@@ -125,13 +126,19 @@ def test_a_stored_offset_of_another_version_is_refused() -> None:
 
 
 def test_group_cuts_ranges_by_time_to_fill_every_task() -> None:
-    reads = [ReadRange("a", 10, 109), ReadRange("b", 5, 5)]
+    span = 20 * MIN_CUT_US
+    reads = [ReadRange("a", 10, 10 + span - 1), ReadRange("b", 5, 5)]
     groups = group(reads, 4)
     assert len(groups) == 4
-    pieces = [r for g in groups for r in g]
+    pieces = sorted((r for g in groups for r in g), key=lambda r: (r.token, r.start))
     # Every timestamp of every partition is read by exactly one piece.
-    covered = sorted((r.token, ts) for r in pieces for ts in range(r.start, r.end + 1))
-    assert covered == sorted([("a", ts) for ts in range(10, 110)] + [("b", 5)])
+    assert [r.token for r in pieces] == ["a", "a", "a", "b"]
+    assert pieces[0].start == 10 and pieces[2].end == 10 + span - 1
+    a_pieces = pieces[:3]
+    assert all(left.end + 1 == right.start for left, right in itertools.pairwise(a_pieces))
+    assert pieces[3] == ReadRange("b", 5, 5)
     assert group(reads, 4) == groups  # planning stays a pure function
     assert group([ReadRange("c", 7, 7)], 4) == [[ReadRange("c", 7, 7)]]  # nothing to cut
+    short = ReadRange("d", 0, MIN_CUT_US - 2)  # a live micro-batch: not worth cutting
+    assert group([short], 4) == [[short]]
     assert group([], 4) == []

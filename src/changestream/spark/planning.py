@@ -26,6 +26,10 @@ from changestream.streams.records import ChildPartitionsRecord, DataChangeRecord
 
 log = logging.getLogger(__name__)
 
+#: Ranges spanning less commit time than this are not cut for parallelism: each task has a
+#: fixed cost (a database opened, files written) that a short range does not repay.
+MIN_CUT_US = 5_000_000
+
 #: ``earliest`` starts this far inside the retention window, so the changes it names are
 #: still there when the first micro-batch reads them.
 EARLIEST_MARGIN_US = 5_000_000
@@ -117,13 +121,13 @@ def batch_ranges(db: Database, stream: str, start: int, end: int) -> list[ReadRa
 def group(reads: Sequence[ReadRange], groups: int) -> list[list[ReadRange]]:
     """At most ``groups`` lists of ranges, round-robin so big and small mix. With fewer
     ranges than groups, the longest are first cut in two by time (a range's records are
-    still each read once, by one of its halves), so a micro-batch of one busy partition
-    keeps every task slot busy."""
+    still each read once, by one of its halves) while they span at least ``MIN_CUT_US``, so
+    catching up on one busy partition keeps every task slot busy."""
     reads = list(reads)
     while 0 < len(reads) < groups:
         longest = max(reads, key=lambda r: (r.end - r.start, r.token, r.start))
-        if longest.end - longest.start < 1:
-            break
+        if longest.end - longest.start < MIN_CUT_US:
+            break  # a short range (a live micro-batch) costs more cut than whole
         middle = longest.start + (longest.end - longest.start) // 2
         at = reads.index(longest)
         reads[at : at + 1] = [
