@@ -136,7 +136,6 @@ class Lane:
 
     directory: Path
     obj: str
-    kind: str
     segments: tuple[Segment, ...]
 
     @property
@@ -150,16 +149,9 @@ def pending_lanes(root: Path) -> Iterator[Lane]:
         return
     for obj_dir in sorted(p for p in root.iterdir() if p.is_dir()):
         for directory in sorted(p for p in obj_dir.iterdir() if p.is_dir()):
-            kind = directory.name.split("-", 1)[0]
-            last = _ledger(directory) if kind == CDC_LANE else None
-            segments = []
-            for path in sorted(directory.glob(f"*{SEGMENT_SUFFIX}")):
-                if last is not None and path.name <= last:
-                    path.unlink(missing_ok=True)  # a replayed batch already published
-                    continue
-                segments.append(Segment.parse(path))
+            segments = _pending(directory)
             if segments or (directory / _INTENT).exists():
-                yield Lane(directory, obj_dir.name, kind, tuple(segments))
+                yield Lane(directory, obj_dir.name, tuple(segments))
 
 
 def due(lane: Lane, max_file_bytes: int, max_file_seconds: float, now: float) -> bool:
@@ -178,15 +170,8 @@ def publish_lane(
     """Publish every pending segment of the lane at ``directory`` into event files under
     ``destination``; returns the files written."""
     finish_intent(directory, destination)
-    kind = directory.name.split("-", 1)[0]
-    last = _ledger(directory) if kind == CDC_LANE else None
-    segments = [
-        Segment.parse(p)
-        for p in sorted(directory.glob(f"*{SEGMENT_SUFFIX}"))
-        if last is None or p.name > last
-    ]
     written: list[Path] = []
-    for group in _groups(segments, max_file_bytes):
+    for group in _groups(_pending(directory), max_file_bytes):
         first = group[0]
         name = uuid.uuid5(_NAMESPACE, orjson.dumps([incarnation, str(first.path)]).decode())
         moment = to_datetime(first.read_timestamp).strftime("%Y/%m/%d/%H/%M")
@@ -209,12 +194,29 @@ def finish_intent(directory: Path, destination: Path) -> None:
     paths = [directory / name for name in intent["segments"]]
     if all(p.exists() for p in paths):
         _concatenate(paths, target)
-    if directory.name.startswith(CDC_LANE):
+    if _is_cdc(directory):
         _write_json(directory / _LEDGER, {"last": max(p.name for p in paths)})
     for path in paths:
         path.unlink(missing_ok=True)
     intent_path.unlink()
     sync_directories({directory})
+
+
+def _is_cdc(directory: Path) -> bool:
+    return directory.name.split("-", 1)[0] == CDC_LANE
+
+
+def _pending(directory: Path) -> list[Segment]:
+    """The lane's segments not yet published, in name order; segments a replayed CDC batch
+    wrote again after its first copies were published are deleted."""
+    last = _ledger(directory) if _is_cdc(directory) else None
+    segments = []
+    for path in sorted(directory.glob(f"*{SEGMENT_SUFFIX}")):
+        if last is not None and path.name <= last:
+            path.unlink(missing_ok=True)
+            continue
+        segments.append(Segment.parse(path))
+    return segments
 
 
 def _groups(segments: list[Segment], max_file_bytes: int) -> Iterator[list[Segment]]:

@@ -55,7 +55,6 @@ from changestream.errors import (
 from changestream.retry import retrying
 from changestream.spark.backfill import DONE_PREFIX, PLAN, KeyCodec, chunks, plan_boundaries
 from changestream.spark.frontier import Frontier
-from changestream.spark.replica import DeltaReplica
 from changestream.spark.session import local_session
 from changestream.spark.tasks import (
     SUMMARY_DDL,
@@ -201,7 +200,6 @@ class Pipeline:
         self.db: Database = changestream.open_path_or_url(database, self.options.token)
         self.catalog = StreamCatalog(self.db)
         self.definition: StreamDefinition = self.catalog.get(name).definition
-        self._replicas: dict[tuple[str, str], DeltaReplica] = {}
         self._failure: _BatchError | None = None
         self._merges: dict[str, int] = defaultdict(int)
         self._reported: int | None = None
@@ -240,7 +238,7 @@ class Pipeline:
             while True:
                 self._failure = None
                 try:
-                    self._guard(lambda: self._backfill(spark))
+                    self._guard(lambda: self._backfill(spark, self._plan(self._tables())))
                     query = self._start_query(spark, start, available_now=target is not None)
                     self._mark_running()
                 except Exception as exc:
@@ -437,8 +435,8 @@ class Pipeline:
     def _process(self, batch: DataFrame, batch_id: int) -> None:
         try:
             spark = batch.sparkSession
-            self._backfill(spark)
             plan = self._plan(self._tables())
+            self._backfill(spark, plan)
             summary = self._attempts(
                 "*", lambda: batch.mapInArrow(self._cdc_task(plan, batch_id), SUMMARY_DDL).toArrow()
             ).to_pylist()
@@ -534,12 +532,11 @@ class Pipeline:
             lambda: spark.sparkContext.parallelize(directories, len(directories)).foreach(task),
         )
 
-    def _backfill(self, spark: SparkSession) -> None:
-        """Backfill every object that needs it, in waves of chunks read by tasks."""
+    def _backfill(self, spark: SparkSession, plan: TaskPlan) -> None:
+        """Backfill every object of ``plan`` that needs it, in waves of chunks read by tasks."""
         if self.definition.backfill == "none":
             return
-        tables = self._tables()
-        plan = self._plan(tables)
+        tables = plan.tables
         progress = self.catalog.progress(self.name)
         wave = max(2, spark.sparkContext.defaultParallelism * 2)
         for table in tables.values():
