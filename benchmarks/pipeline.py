@@ -386,7 +386,7 @@ def catch_up(
     path: str, tmp: Path, args: argparse.Namespace, fmt: str, changes: Sequence[Change]
 ) -> dict[str, Any]:
     eventlog = tmp / f"eventlog-catch-up-{fmt}"
-    began = time.perf_counter()
+    began, began_epoch_ms = time.perf_counter(), time.time() * 1000
     process = run_pipeline(path, stream_name(fmt), args, eventlog, until_caught_up=True)
     rss = PeakRss(process.pid)
     try:
@@ -396,15 +396,22 @@ def catch_up(
     wall = time.perf_counter() - began
     events = check_events(tmp / f"events-{fmt}", stream_name(fmt), changes)
     rows = check_replica(path, tmp, fmt)
+    metrics = spark_metrics(eventlog)
+    if not metrics["batches"]:
+        raise fail(f"catch-up {fmt}: Spark's event log shows no micro-batch")
+    # Start-up: from the command's start to its first micro-batch (JVM, session, query).
+    startup_s = (metrics["batches"][0]["begin"] - began_epoch_ms) / 1000
     return {
         "changes": len(changes),
         "events_read": events,
         "replica_rows": rows,
         "wall_s": round(wall, 2),
         "changes_per_s": round(len(changes) / wall),
+        "startup_s": round(startup_s, 2),
+        "after_startup_changes_per_s": round(len(changes) / (wall - startup_s)),
         "driver_peak_rss_mb": round(rss.python_mb),
         "jvm_peak_rss_mb": round(rss.jvm_mb),
-        **breakdown(spark_metrics(eventlog), wall),
+        **breakdown(metrics, wall),
     }
 
 

@@ -30,12 +30,14 @@ def _second_text(seconds: int) -> str:
     return f"{m.year:04d}-{m.month:02d}-{m.day:02d}T{m.hour:02d}:{m.minute:02d}:{m.second:02d}"
 
 
+@functools.lru_cache(maxsize=4096)
 def micros_text(us: int) -> str:
     """Microseconds as RFC 3339 with six fractional digits and ``Z``."""
     seconds, fraction = divmod(us, 1_000_000)
     return f"{_second_text(seconds)}.{fraction:06d}Z"
 
 
+@functools.lru_cache(maxsize=4096)
 def millis_text(us: int) -> str:
     """Microseconds as RFC 3339 with milliseconds and ``Z`` (the seed's ``read_timestamp``)."""
     seconds, fraction = divmod(us, 1_000_000)

@@ -37,6 +37,7 @@ import orjson
 
 from changestream.datastream.codecs import (
     Codec,
+    identity,
     json_encoder,
     micros_text,
     millis_text,
@@ -44,6 +45,7 @@ from changestream.datastream.codecs import (
 )
 from changestream.ddl.schema import Table
 from changestream.errors import InvalidArgument
+from changestream.streams.records import DataChangeRecord
 
 CDC_READ_METHOD: Final = "changestream-cdc"
 BACKFILL_READ_METHOD: Final = "changestream-backfill"
@@ -142,11 +144,16 @@ class Event:
             "source_timestamp": millis_text(self.source_timestamp),
             "sort_keys": list(self.sort_keys),
             "source_metadata": self.source_metadata.to_json_dict(),
-            "payload": {
-                name: encode(payload[name])
-                for name, encode in zip(plan.names, plan.json_encoders, strict=True)
-            },
+            "payload": _encoded(payload, plan.json_encoders),
         }
+
+
+def _encoded(values: dict[str, Any], encoders: Mapping[str, Codec]) -> dict[str, Any]:
+    """``values`` with each value whose column has an encoder in ``encoders`` encoded."""
+    out = dict(values)
+    for name, encode in encoders.items():
+        out[name] = encode(out[name])
+    return out
 
 
 def object_name(database: str, table: str) -> str:
@@ -165,7 +172,9 @@ class TablePlan:
 
     names: tuple[str, ...]
     non_key: frozenset[str]
-    json_encoders: tuple[Codec, ...]
+    #: The JSON encoders and change-record decoders of the columns whose values change
+    #: (columns whose value is its own encoding are left out).
+    json_encoders: Mapping[str, Codec]
     decoders: Mapping[str, Codec]
     schema_key: str
 
@@ -191,12 +200,16 @@ def table_plan(table: Table) -> TablePlan:
     plan = TablePlan(
         names=tuple(c.name for c in table.columns),
         non_key=frozenset(c.name for c in table.non_key_columns),
-        json_encoders=tuple(json_encoder(c.type) for c in table.columns),
-        decoders={c.name: record_decoder(c.type) for c in table.columns},
+        json_encoders=_changing({c.name: json_encoder(c.type) for c in table.columns}),
+        decoders=_changing({c.name: record_decoder(c.type) for c in table.columns}),
         schema_key=hashlib.sha256(orjson.dumps(shape)).hexdigest()[:32],
     )
     _PLANS.setdefault(plan.schema_key, plan)
     return plan
+
+
+def _changing(codecs: dict[str, Codec]) -> dict[str, Codec]:
+    return {name: codec for name, codec in codecs.items() if codec is not identity}
 
 
 def _uuid(*parts: Any) -> str:
@@ -213,14 +226,17 @@ def _decode_row(
     plan: TablePlan, table: Table, values: Iterable[Mapping[str, Any]]
 ) -> dict[str, Any]:
     row: dict[str, Any] = dict.fromkeys(plan.names)
+    width = len(row)
     for part in values:
-        for name, value in part.items():
-            decode = plan.decoders.get(name)
-            if decode is None:
-                raise InvalidArgument(
-                    f"column {name!r} is not in table {table.name!r} "
-                    f"(columns: {', '.join(plan.names)})"
-                )
+        row.update(part)
+    if len(row) != width:
+        unknown = next(name for name in row if name not in plan.names)
+        raise InvalidArgument(
+            f"column {unknown!r} is not in table {table.name!r} (columns: {', '.join(plan.names)})"
+        )
+    for name, decode in plan.decoders.items():
+        value = row[name]
+        if value is not None:
             try:
                 row[name] = decode(value)
             except (ValueError, TypeError, ArithmeticError) as exc:
@@ -246,61 +262,114 @@ def cdc_events(
     INSERT or UPDATE payload is the keys plus the new values; a DELETE payload is the keys plus
     the old values, which are empty under ``NEW_ROW`` (the other columns are then null).
     """
-    plan = table_plan(table)
-    obj = object_name(database, table.name)
-    events: list[Event] = []
-    for mod in mods:
-        if mod.mod_type not in CHANGE_TYPES:
+    build = _CdcBuilder(stream_name, database, table, read_timestamp_us)
+    return [
+        build(
+            mod.commit_timestamp,
+            mod.server_transaction_id,
+            mod.record_sequence,
+            mod.mod_index,
+            mod.mod_type,
+            mod.keys,
+            mod.new_values,
+            mod.old_values,
+        )
+        for mod in mods
+    ]
+
+
+def record_events(
+    stream_name: str,
+    database: str,
+    table: Table,
+    records: Iterable[DataChangeRecord],
+    read_timestamp_us: int,
+) -> list[Event]:
+    """:func:`cdc_events` of every mod of ``records`` (data change records of ``table``)."""
+    build = _CdcBuilder(stream_name, database, table, read_timestamp_us)
+    return [
+        build(
+            record.commit_timestamp,
+            record.server_transaction_id,
+            record.record_sequence,
+            index,
+            record.mod_type,
+            mod.keys,
+            mod.new_values,
+            mod.old_values,
+        )
+        for record in records
+        for index, mod in enumerate(record.mods)
+    ]
+
+
+class _CdcBuilder:
+    """Builds the CDC events of one table read at one time (what they share, computed once)."""
+
+    def __init__(self, stream_name: str, database: str, table: Table, read_us: int) -> None:
+        self.stream_name, self.database, self.table, self.read_us = (
+            stream_name,
+            database,
+            table,
+            read_us,
+        )
+        self.plan = table_plan(table)
+        self.object = object_name(database, table.name)
+        self.non_key_count = len(self.plan.non_key)
+
+    def __call__(
+        self,
+        ts: int,
+        tx_id: str,
+        record_sequence: str,
+        mod_index: int,
+        mod_type: str,
+        keys: Mapping[str, Any],
+        new_values: Mapping[str, Any],
+        old_values: Mapping[str, Any],
+    ) -> Event:
+        plan, table = self.plan, self.table
+        if mod_type not in CHANGE_TYPES:
             raise InvalidArgument(
-                f"mod_type must be one of {', '.join(CHANGE_TYPES)}, got {mod.mod_type!r}"
+                f"mod_type must be one of {', '.join(CHANGE_TYPES)}, got {mod_type!r}"
             )
-        deleted = mod.mod_type == "DELETE"
+        deleted = mod_type == "DELETE"
         if deleted:
-            row = _decode_row(plan, table, (mod.keys, mod.old_values))
+            row = _decode_row(plan, table, (keys, old_values))
         else:
-            missing = plan.non_key.difference(mod.new_values)
-            if missing:
+            # Unknown columns fail in _decode_row, so a full count means none is missing.
+            if len(new_values) < self.non_key_count:
+                missing = plan.non_key.difference(new_values)
                 raise InvalidArgument(
-                    f"{mod.mod_type} of table {table.name!r} lacks columns "
+                    f"{mod_type} of table {table.name!r} lacks columns "
                     f"{', '.join(sorted(missing))}: the change stream must capture whole rows "
                     "(value_capture_type NEW_ROW or NEW_ROW_AND_OLD_VALUES) and track every column"
                 )
-            row = _decode_row(plan, table, (mod.keys, mod.new_values))
-        ts = mod.commit_timestamp
-        events.append(
-            Event(
-                stream_name=stream_name,
-                read_method=CDC_READ_METHOD,
-                object=obj,
-                schema_key=plan.schema_key,
-                uuid=_uuid(
-                    "cdc",
-                    stream_name,
-                    obj,
-                    ts,
-                    mod.server_transaction_id,
-                    mod.record_sequence,
-                    mod.mod_index,
-                ),
-                read_timestamp=read_timestamp_us,
-                source_timestamp=ts,
-                sort_keys=(ts, CDC_RANK, int(mod.record_sequence), mod.mod_index),
-                source_metadata=SourceMetadata(
-                    database=database,
-                    table=table.name,
-                    is_deleted=deleted,
-                    change_type=mod.mod_type,
-                    tx_id=mod.server_transaction_id,
-                    commit_timestamp=ts,
-                    record_sequence=mod.record_sequence,
-                    mod_index=mod.mod_index,
-                    primary_keys=table.primary_key,
-                ),
-                payload=row,
-                table=table,
-            )
+            row = _decode_row(plan, table, (keys, new_values))
+        obj, stream_name = self.object, self.stream_name
+        return Event(
+            stream_name=stream_name,
+            read_method=CDC_READ_METHOD,
+            object=obj,
+            schema_key=plan.schema_key,
+            uuid=_uuid("cdc", stream_name, obj, ts, tx_id, record_sequence, mod_index),
+            read_timestamp=self.read_us,
+            source_timestamp=ts,
+            sort_keys=(ts, CDC_RANK, int(record_sequence), mod_index),
+            source_metadata=SourceMetadata(
+                database=self.database,
+                table=table.name,
+                is_deleted=deleted,
+                change_type=mod_type,
+                tx_id=tx_id,
+                commit_timestamp=ts,
+                record_sequence=record_sequence,
+                mod_index=mod_index,
+                primary_keys=table.primary_key,
+            ),
+            payload=row,
+            table=table,
         )
-    return events
 
 
 def backfill_events(
@@ -336,7 +405,8 @@ def backfill_events(
                 f"a row of table {table.name!r} must have {len(plan.names)} values "
                 f"({', '.join(plan.names)}), got {len(row)}"
             )
-        encoded = [encode(value) for encode, value in zip(plan.json_encoders, row, strict=True)]
+        payload = dict(zip(plan.names, row, strict=True))
+        encoded = list(_encoded(payload, plan.json_encoders).values())
         events.append(
             Event(
                 stream_name=stream_name,
@@ -348,7 +418,7 @@ def backfill_events(
                 source_timestamp=snapshot_timestamp_us,
                 sort_keys=sort_keys,
                 source_metadata=metadata,
-                payload=dict(zip(plan.names, row, strict=True)),
+                payload=payload,
                 table=table,
             )
         )

@@ -8,7 +8,8 @@ the part, so a replayed batch rewrites the same segments instead of adding new o
 Segments pile up across micro-batches until their lane is due — they hold ``max_file_bytes``,
 or the oldest was written ``max_file_seconds`` ago, or the pipeline stops — and then they are
 *published*: concatenated, in name order, into visible event files (at most ``max_file_bytes``
-each, plus one segment) under the layout of :mod:`changestream.datastream.files`. So a slow
+each, plus one segment) under the layout of :mod:`changestream.datastream.files`; a segment of
+half a file or more becomes a file of its own, renamed rather than copied. So a slow
 trickle makes about one file per object per rotation interval, not one per micro-batch.
 
 Publishing is crash-safe: the lane first records its intent (the segments and the file name,
@@ -22,6 +23,7 @@ below the recorded last one and are dropped, so no event is published twice.
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import uuid
@@ -193,7 +195,7 @@ def finish_intent(directory: Path, destination: Path) -> None:
     target = Path(intent["file"])
     paths = [directory / name for name in intent["segments"]]
     if all(p.exists() for p in paths):
-        _concatenate(paths, target)
+        _publish_file(paths, target)
     if _is_cdc(directory):
         _write_json(directory / _LEDGER, {"last": max(p.name for p in paths)})
     for path in paths:
@@ -220,16 +222,39 @@ def _pending(directory: Path) -> list[Segment]:
 
 
 def _groups(segments: list[Segment], max_file_bytes: int) -> Iterator[list[Segment]]:
+    """Runs of segments to concatenate into one file each; a segment of half a file or more
+    is a file of its own, so it can be published by a rename instead of a copy."""
     group: list[Segment] = []
     size = 0
     for segment in segments:
-        if group and size >= max_file_bytes:
+        segment_size = segment.path.stat().st_size
+        alone = segment_size * 2 >= max_file_bytes
+        if group and (alone or size >= max_file_bytes):
             yield group
             group, size = [], 0
         group.append(segment)
-        size += segment.path.stat().st_size
+        size += segment_size
+        if alone:
+            yield group
+            group, size = [], 0
     if group:
         yield group
+
+
+def _publish_file(paths: list[Path], target: Path) -> None:
+    """Write ``target`` from the segments at ``paths``: a lone segment (already durable) is
+    renamed, several are concatenated."""
+    if len(paths) == 1:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.replace(paths[0], target)
+        except OSError as exc:
+            if exc.errno != errno.EXDEV:  # elsewhere than the segments: copy instead
+                raise
+        else:
+            sync_directories({target.parent, paths[0].parent})
+            return
+    _concatenate(paths, target)
 
 
 def _concatenate(paths: list[Path], target: Path) -> None:

@@ -523,13 +523,18 @@ class Pipeline:
         if not lanes:
             return
         task = PublishTask(
-            definition.destination, self._incarnation, definition.format, definition.max_file_bytes
+            tuple(str(lane.directory) for lane in lanes),
+            definition.destination,
+            self._incarnation,
+            definition.format,
+            definition.max_file_bytes,
         )
-        directories = [str(lane.directory) for lane in lanes]
         obj = lanes[0].obj if len({lane.obj for lane in lanes}) == 1 else "*"
+        # A range and mapInArrow, not an RDD: the tasks reuse the Python workers of the
+        # micro-batches instead of starting workers of their own.
+        count = len(lanes)
         self._attempts(
-            obj,
-            lambda: spark.sparkContext.parallelize(directories, len(directories)).foreach(task),
+            obj, lambda: spark.range(0, count, 1, count).mapInArrow(task, SUMMARY_DDL).toArrow()
         )
 
     def _backfill(self, spark: SparkSession, plan: TaskPlan) -> None:

@@ -22,7 +22,7 @@ import pyarrow as pa
 from pyspark import TaskContext
 
 import changestream
-from changestream.datastream.events import CdcMod, Event, backfill_events, cdc_events
+from changestream.datastream.events import Event, backfill_events, record_events
 from changestream.datastream.segments import (
     BACKFILL_LANE,
     CDC_LANE,
@@ -35,6 +35,7 @@ from changestream.spark.frontier import ReadRange
 from changestream.spark.planning import read_records
 from changestream.spark.replica import DeltaReplica, latest_per_key
 from changestream.streams.interface import Database
+from changestream.streams.records import DataChangeRecord
 
 #: What a task reports per file: ``kind`` is ``events`` (a segment), ``replica`` (a staged
 #: MERGE source) or ``chunk`` (a finished backfill chunk: ``seq`` its index, ``read_timestamp``
@@ -134,25 +135,12 @@ def range_events(
 ) -> Iterator[list[Event]]:
     """The events of the plan's tables in one partition range, in commit order, a chunk at a
     time. Their read timestamp is the range's end, so a replay produces the same events."""
-    pending: dict[str, list[CdcMod]] = defaultdict(list)
+    pending: dict[str, list[DataChangeRecord]] = defaultdict(list)
     count = 0
     for record in read_records(db, change_stream, read):
         if record.table_name not in plan.tables:
             continue
-        mods = pending[record.table_name]
-        for index, mod in enumerate(record.mods):
-            mods.append(
-                CdcMod(
-                    record.commit_timestamp,
-                    record.server_transaction_id,
-                    record.record_sequence,
-                    index,
-                    record.mod_type,
-                    mod.keys,
-                    mod.new_values,
-                    mod.old_values,
-                )
-            )
+        pending[record.table_name].append(record)
         count += len(record.mods)
         if count >= _EVENTS_PER_CHUNK:
             yield _events(plan, pending, read.end)
@@ -161,11 +149,13 @@ def range_events(
         yield _events(plan, pending, read.end)
 
 
-def _events(plan: TaskPlan, mods: Mapping[str, list[CdcMod]], read_at: int) -> list[Event]:
+def _events(
+    plan: TaskPlan, records: Mapping[str, list[DataChangeRecord]], read_at: int
+) -> list[Event]:
     out: list[Event] = []
-    for name, table_mods in mods.items():
+    for name, table_records in records.items():
         out.extend(
-            cdc_events(plan.stream_name, plan.schema, plan.tables[name], table_mods, read_at)
+            record_events(plan.stream_name, plan.schema, plan.tables[name], table_records, read_at)
         )
     return out
 
@@ -243,21 +233,30 @@ class BackfillTask:
 
 @dataclass(frozen=True, slots=True)
 class PublishTask:
-    """``foreach`` function publishing one lane directory (see ``datastream.segments``)."""
+    """``mapInArrow`` function over ``spark.range(len(directories))``: each id publishes that
+    lane directory (see ``datastream.segments``) and reports the files it wrote as
+    ``events`` summary rows (``events`` is 0: the count is not read back)."""
 
+    directories: tuple[str, ...]
     destination: str
     incarnation: str
     format: str
     max_file_bytes: int
 
-    def __call__(self, directory: str) -> None:
-        publish_lane(
-            Path(directory),
-            Path(self.destination),
-            self.incarnation,
-            self.format,
-            self.max_file_bytes,
-        )
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        rows: list[Summary] = []
+        for batch in batches:
+            for index in batch.column(0).to_pylist():
+                directory = Path(self.directories[index])
+                written = publish_lane(
+                    directory,
+                    Path(self.destination),
+                    self.incarnation,
+                    self.format,
+                    self.max_file_bytes,
+                )
+                rows += [("events", directory.parent.name, str(f), 0, 0, 0) for f in written]
+        yield _summary(rows)
 
 
 def read_staged(paths: Iterable[str]) -> pa.Table | None:

@@ -1,0 +1,88 @@
+"""Segments: what tasks write, how a lane is grouped into files on publish (big segments
+renamed, small ones concatenated), and how a publish cut short by a crash is finished."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+
+from changestream.datastream.files import EXTENSIONS, event_files, read_events
+from changestream.datastream.segments import (
+    CDC_LANE,
+    SegmentWriter,
+    finish_intent,
+    pending_lanes,
+    publish_lane,
+)
+from tests.test_event_files import sample_events
+
+FORMATS = ["json", "avro"]
+
+
+def write_segments(root: Path, format: str, batches: list[int], per_batch: int, cap: int) -> None:
+    """One task's segments per batch id in ``batches``, ``per_batch`` events each."""
+    for seq in batches:
+        writer = SegmentWriter(root, format, cap, CDC_LANE, seq, 0)
+        writer.write(sample_events(per_batch, read_us=seq * 1_000_000))
+        writer.close()
+
+
+def lane_dir(root: Path) -> Path:
+    (lane,) = pending_lanes(root)
+    return lane.directory
+
+
+def uuids(destination: Path) -> list[str]:
+    return [e["uuid"] for f in event_files(destination) for e in read_events(f)]
+
+
+def expected_uuids(batches: list[int], per_batch: int) -> list[str]:
+    return [e.uuid for seq in batches for e in sample_events(per_batch, seq * 1_000_000)]
+
+
+@pytest.mark.parametrize("format", FORMATS)
+def test_small_segments_are_concatenated_and_big_ones_renamed(tmp_path: Path, format: str) -> None:
+    segments, destination = tmp_path / "segments", tmp_path / "out"
+    write_segments(segments, format, [1, 2, 3], per_batch=5, cap=10**6)
+    write_segments(segments, format, [4], per_batch=400, cap=10**6)
+    directory = lane_dir(segments)
+    big = max(directory.glob("*.seg"), key=lambda p: p.stat().st_size)
+    cap = big.stat().st_size + 1  # the big segment is over half a file, the small ones not
+    big_inode = big.stat().st_ino
+
+    files = publish_lane(directory, destination, "inc", format, cap)
+
+    assert len(files) == 2
+    assert files[1].stat().st_ino == big_inode  # renamed, not copied
+    assert [len(read_events(f)) for f in files] == [15, 400]
+    assert sorted(uuids(destination)) == sorted(
+        expected_uuids([1, 2, 3], 5) + expected_uuids([4], 400)
+    )
+    assert list(directory.glob("*.seg")) == []
+    assert not (directory / "_publishing.json").exists()
+
+
+@pytest.mark.parametrize("format", FORMATS)
+def test_a_publish_cut_short_is_finished_once(tmp_path: Path, format: str) -> None:
+    segments, destination = tmp_path / "segments", tmp_path / "out"
+    write_segments(segments, format, [1], per_batch=50, cap=10**6)
+    directory = lane_dir(segments)
+    (segment,) = directory.glob("*.seg")
+    target = destination / "obj" / f"file{EXTENSIONS[format]}"
+    # The crash came after the rename of a lone segment and before the cleanup.
+    (directory / "_publishing.json").write_bytes(
+        orjson.dumps({"file": str(target), "segments": [segment.name]})
+    )
+    target.parent.mkdir(parents=True)
+    segment.rename(target)
+
+    finish_intent(directory, destination)
+
+    assert not (directory / "_publishing.json").exists()
+    assert [e["uuid"] for e in read_events(target)] == expected_uuids([1], 50)
+    # A replay of the published batch writes its segment again: it is dropped, not published.
+    write_segments(segments, format, [1], per_batch=50, cap=10**6)
+    assert publish_lane(directory, destination, "inc", format, 10**6) == []
+    assert list(directory.glob("*.seg")) == []
