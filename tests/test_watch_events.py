@@ -55,17 +55,24 @@ def test_insert_update_replace_delete_events(db: changestream.EmbeddedDatabase) 
     assert insert_1["clusterTime"] == ClusterTime.from_us(first)
     assert insert_1["clusterTime"].to_us() == first
     assert insert_1["wallTime"] == changestream.clock.to_datetime(first)
-    assert insert_1["lsid"] == {"id": "app=shop"}
+    # A transaction of two rows: its events carry the transaction and the writer's session.
+    assert insert_1["lsid"] == {"id": db.session_id}
+    assert insert_2["lsid"] == {"id": db.session_id}
     assert insert_2["txnNumber"] == insert_1["txnNumber"]
     assert insert_2["clusterTime"] == insert_1["clusterTime"]
     assert "fullDocumentBeforeChange" not in insert_1
 
     assert update["operationType"] == "update"
     assert update["documentKey"] == {"Id": 1}
-    # A column set to NULL is removed; the other changed column is updated.
-    assert update["updateDescription"] == {"updatedFields": {"V": "x"}, "removedFields": ["N"]}
+    # A column set to NULL holds null (see null_as_missing for the other rule).
+    assert update["updateDescription"] == {
+        "updatedFields": {"V": "x", "N": None},
+        "removedFields": [],
+        "truncatedArrays": [],
+    }
     assert "fullDocument" not in update
-    assert update["txnNumber"] > insert_1["txnNumber"]
+    # One row changed: no transaction, as MongoDB leaves txnNumber/lsid to transactions.
+    assert "txnNumber" not in update and "lsid" not in update
 
     assert replace["operationType"] == "replace"
     assert replace["fullDocument"] == {"Id": 2, "V": "r", "N": None}
@@ -281,18 +288,29 @@ def test_cluster_time_mapping() -> None:
 
 
 def test_watch_stream_system_records(db: changestream.EmbeddedDatabase) -> None:
-    """The internal stream records a drop in the DDL's transaction, as a system record."""
+    """The internal stream records a create, a drop and a rename in the DDL's transaction, as
+    system records."""
     source = db.ensure_watch_stream()
     db.execute_ddl("CREATE TABLE Gone (K INT64 NOT NULL) PRIMARY KEY (K)")
     with pytest.raises(changestream.NotFound):
         db.execute_ddl(["DROP TABLE Gone", "DROP TABLE Missing"])
     dropped = db.execute_ddl(["DROP TABLE Gone", "ALTER TABLE Items RENAME TO Stock"])
     (partition,) = db.partitions(source.stream)
-    records = [
+    created, *records = [
         r
         for r in db.read_change_stream(source.stream, source.now, dropped, partition.token, 1000)
         if isinstance(r, DataChangeRecord)
     ]
+    assert (created.mod_type, created.table_name, created.is_system_transaction) == (
+        "CREATE_TABLE",
+        "Gone",
+        True,
+    )
+    assert created.mods[0].new_values == {"table_name": "Gone"}
+    assert [(c.name, c.type, c.is_primary_key) for c in created.column_types] == [
+        ("K", {"code": "INT64"}, True)
+    ]
+    assert created.session_id == db.session_id
     assert [
         r.to_dict() | {"commit_timestamp": 0, "server_transaction_id": ""} for r in records
     ] == [

@@ -141,7 +141,9 @@ def test_stages_run_in_order() -> None:
         ([{"$match": {"a": {"$gt": 1, "b": 2}}}], "mixes operators and field names"),
         ([{"$project": {}}], "$project (pipeline stage 1) takes a non-empty document"),
         ([{"$project": {"a": 1, "b": 0}}], "cannot mix inclusion and exclusion"),
-        ([{"$project": {"a": "$b"}}], "only inclusion (1 or true) and exclusion (0 or false)"),
+        ([{"$project": {"a": {"$concat": ["$b"]}}}], "unsupported expression"),
+        ([{"$project": {"a": "$$NOW"}}], "unknown variable '$$NOW'"),
+        ([{"$project": {"a": "$b", "c": 0}}], "nor computed fields and exclusion"),
         ([{"$project": {"$a": 1}}], "'$a' is not a field path"),
     ],
 )

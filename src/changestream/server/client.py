@@ -74,6 +74,9 @@ from changestream.streams.records import (
 )
 
 if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from changestream.streams.watch_arguments import WatchArguments
     from changestream.watch import ChangeStreamCursor, TableHandle
 
 TOKEN_ENV = "CHANGESTREAM_TOKEN"
@@ -482,30 +485,13 @@ class RemoteDatabase:
     def watch(
         self,
         pipeline: Sequence[Mapping[str, Any]] | None = None,
-        full_document: str = "default",
-        full_document_before_change: str = "off",
-        resume_after: Mapping[str, str] | None = None,
-        start_after: Mapping[str, str] | None = None,
-        start_at_operation_time: Any = None,
-        max_await_time_ms: int | None = None,
-        batch_size: int | None = None,
+        **arguments: Unpack[WatchArguments],
     ) -> ChangeStreamCursor:
         """A MongoDB-style cursor over every change, merged here from the remote read
         function (arguments as for the embedded ``watch``)."""
         from changestream.watch import ChangeStreamCursor  # watch builds on this layer
 
-        return ChangeStreamCursor(
-            self,
-            None,
-            pipeline,
-            full_document,
-            full_document_before_change,
-            resume_after,
-            start_after,
-            start_at_operation_time,
-            max_await_time_ms,
-            batch_size,
-        )
+        return ChangeStreamCursor(self, None, pipeline, **arguments)
 
     def table(self, name: str) -> TableHandle:
         """A handle on table ``name``: ``db.table("T").watch()`` watches it alone."""

@@ -41,7 +41,8 @@ class InsertBatch:
 
 @dataclass(frozen=True, slots=True)
 class SchemaChange:
-    """A table that DDL dropped (``new_name`` None) or renamed, for the engine's own streams.
+    """A table that DDL created (``created``), dropped (``new_name`` None) or renamed, for the
+    engine's own streams.
 
     ``split_id`` is the split holding the start of the table's key range at the DDL's commit.
     """
@@ -49,6 +50,7 @@ class SchemaChange:
     table: str
     new_name: str | None
     split_id: int
+    created: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +64,8 @@ class CommitContext:
     changes: list[RowChange | InsertBatch]
     catalog: Catalog
     schema_changes: tuple[SchemaChange, ...] = ()
+    #: The committing database handle's session (see ``Store.session_id``).
+    session_id: str = ""
 
 
 #: (stream_id, split_id, commit_ts, record_sequence, payload) — one row of ``_cs_log``.

@@ -8,6 +8,7 @@ import shutil
 import sqlite3
 import tempfile
 import threading
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from changestream.ddl import parse_ddl
 from changestream.ddl.schema import (
     ChangeStream,
     CreateChangeStream,
+    CreateTable,
     DropTable,
     RenameTable,
     Statement,
@@ -116,6 +118,9 @@ class Store:
         self.path = path
         self._pool = ConnectionPool(path, durability, busy_timeout)
         self._capture = capture
+        #: This handle's session: the engine's own streams record it with each commit, and
+        #: watch() shows it as ``lsid`` (MongoDB's logical session id).
+        self.session_id = str(uuid.uuid4())
         #: The wall clock in microseconds; injectable so tests can pin commit timestamps.
         self.now: Clock = clock or now_us
         self._cache_lock = threading.Lock()
@@ -402,16 +407,21 @@ class Store:
         return ts
 
     def _capture_schema_changes(self, ctx: WriteContext, parsed: list[Statement]) -> None:
-        """Hand dropped and renamed tables to capture, in the DDL's own SQLite transaction, so
-        the engine's streams (watch()) record them exactly once and in commit order."""
+        """Hand created, dropped and renamed tables to capture, in the DDL's own SQLite
+        transaction, so the engine's streams (watch()) record them exactly once and in commit
+        order."""
         changes = tuple(
             SchemaChange(
-                statement.name,
+                name,
                 statement.new_name if isinstance(statement, RenameTable) else None,
-                ctx.splits.find(table_prefix(statement.name)).split_id,
+                ctx.splits.find(table_prefix(name)).split_id,
+                created=isinstance(statement, CreateTable),
             )
             for statement in parsed
-            if isinstance(statement, DropTable | RenameTable)
+            if isinstance(statement, CreateTable | DropTable | RenameTable)
+            for name in [
+                statement.table.name if isinstance(statement, CreateTable) else statement.name
+            ]
         )
         if not changes:
             return
@@ -424,6 +434,7 @@ class Store:
             changes=[],
             catalog=ctx.catalog,
             schema_changes=changes,
+            session_id=self.session_id,
         )
         self.capture(ctx, context)
 

@@ -585,6 +585,7 @@ class Transaction(MutationMethods):
             is_system_transaction=False,
             changes=changes,
             catalog=ctx.catalog,
+            session_id=self._store.session_id,
         )
         self._store.capture(ctx, context)
         if load:

@@ -80,15 +80,7 @@ def _plan(entry: StreamEntry, table: Table) -> _Plan | None:
         plain=frozenset(c.name for c in table.columns if json_encoder(c.type) is identity),
         plain_keys=all(json_encoder(c.type) is identity for c in table.key_columns),
         tracked_plain=all(json_encoder(table.column(n).type) is identity for n in tracked),  # type: ignore[union-attr]
-        column_types={
-            c.name: {
-                "name": c.name,
-                "type": c.type.to_json(),
-                "is_primary_key": c.name in table.primary_key,
-                "ordinal_position": c.ordinal,
-            }
-            for c in table.columns
-        },
+        column_types=_column_types(table),
         ordinals={c.name: c.ordinal for c in table.columns},
     )
 
@@ -207,23 +199,51 @@ def _schema_records(context: CommitContext) -> list[LogRow]:
                         last_in_split[change.split_id] == sequence
                     ),
                     "table_name": change.table,
-                    "column_types": [],
+                    "column_types": _created_columns(context, change),
                     "mods": [_schema_mod(change)],
-                    "mod_type": "DROP_TABLE" if change.new_name is None else "RENAME_TABLE",
+                    "mod_type": _schema_mod_type(change),
                     "value_capture_type": stream.value_capture_type,
                     "number_of_records_in_transaction": len(mine),
                     "number_of_partitions_in_transaction": len(last_in_split),
                     "transaction_tag": context.transaction_tag,
                     "is_system_transaction": context.is_system_transaction,
+                    "session_id": context.session_id,
                 }
             )
             rows.append((entry.stream_id, change.split_id, context.commit_ts, sequence, payload))
     return rows
 
 
+def _schema_mod_type(change: SchemaChange) -> str:
+    if change.created:
+        return "CREATE_TABLE"
+    return "DROP_TABLE" if change.new_name is None else "RENAME_TABLE"
+
+
 def _schema_mod(change: SchemaChange) -> dict[str, Any]:
+    if change.created:
+        return {"keys": {}, "new_values": {"table_name": change.table}, "old_values": {}}
     new = {} if change.new_name is None else {"table_name": change.new_name}
     return {"keys": {}, "new_values": new, "old_values": {"table_name": change.table}}
+
+
+def _created_columns(context: CommitContext, change: SchemaChange) -> list[dict[str, Any]]:
+    """The columns of a created table, as data change records list them (else none)."""
+    table = context.catalog.tables.get(change.table) if change.created else None
+    return [] if table is None else list(_column_types(table).values())
+
+
+def _column_types(table: Table) -> dict[str, dict[str, Any]]:
+    """Each column's entry in a record's ``column_types``, by name."""
+    return {
+        c.name: {
+            "name": c.name,
+            "type": c.type.to_json(),
+            "is_primary_key": c.name in table.primary_key,
+            "ordinal_position": c.ordinal,
+        }
+        for c in table.columns
+    }
 
 
 def _batch_builder(plan: _Plan, columns: tuple[str, ...]) -> BatchBuilder:
@@ -331,6 +351,11 @@ def _records(
                 "number_of_partitions_in_transaction": partitions,
                 "transaction_tag": context.transaction_tag,
                 "is_system_transaction": context.is_system_transaction,
+                **(
+                    {"session_id": context.session_id}
+                    if plan.capture_type == SYSTEM_VALUE_CAPTURE_TYPE
+                    else {}
+                ),
             }
         )
         rows.append((stream_id, split_id, context.commit_ts, sequence, payload))

@@ -32,6 +32,9 @@ from changestream.streams.sandbox import SqlSandbox, run_select
 from changestream.streams.tokens import PartitionId, encode_token
 
 if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from changestream.streams.watch_arguments import WatchArguments
     from changestream.watch import ChangeStreamCursor, TableHandle
 
 Params = Mapping[str, Any] | Sequence[Any] | None
@@ -122,39 +125,17 @@ class EmbeddedDatabase(Store):
     def watch(
         self,
         pipeline: Sequence[Mapping[str, Any]] | None = None,
-        full_document: str = "default",
-        full_document_before_change: str = "off",
-        resume_after: Mapping[str, str] | None = None,
-        start_after: Mapping[str, str] | None = None,
-        start_at_operation_time: Any = None,
-        max_await_time_ms: int | None = None,
-        batch_size: int | None = None,
+        **arguments: Unpack[WatchArguments],
     ) -> ChangeStreamCursor:
         """A MongoDB-style cursor over every change to every table, in commit order.
 
-        ``pipeline``: ``$match``/``$project`` stages. ``full_document``: ``"default"``,
-        ``"updateLookup"`` (updates carry the row as it is when the event is read),
-        ``"whenAvailable"``/``"required"`` (updates carry the row the change wrote).
-        ``full_document_before_change``: ``"off"``, ``"whenAvailable"``, ``"required"``.
-        Start from now, or ``resume_after``/``start_after`` a resume token, or at
-        ``start_at_operation_time`` (a ClusterTime, datetime, RFC 3339 string or
-        microseconds). ``max_await_time_ms``: how long ``try_next()`` waits (default 1000).
-        ``batch_size``: records each partition reader may read ahead (default 1000).
+        ``pipeline``: ``$match``/``$project`` stages; the keyword arguments are those of
+        :class:`~changestream.streams.watch_arguments.WatchArguments` (``full_document``,
+        ``resume_after``, ``show_expanded_events``, ...).
         """
         from changestream.watch import ChangeStreamCursor  # watch builds on this layer
 
-        return ChangeStreamCursor(
-            self,
-            None,
-            pipeline,
-            full_document,
-            full_document_before_change,
-            resume_after,
-            start_after,
-            start_at_operation_time,
-            max_await_time_ms,
-            batch_size,
-        )
+        return ChangeStreamCursor(self, None, pipeline, **arguments)
 
     def table(self, name: str) -> TableHandle:
         """A handle on table ``name``: ``db.table("T").watch()`` watches it alone."""

@@ -15,6 +15,9 @@ from changestream.store.leases import Lease
 from changestream.streams.records import ChangeRecord
 
 if TYPE_CHECKING:  # watch builds on this layer; only its types are named here
+    from typing_extensions import Unpack
+
+    from changestream.streams.watch_arguments import WatchArguments
     from changestream.watch import ChangeStreamCursor, TableHandle
 
 Params = Mapping[str, Any] | Sequence[Any] | None
@@ -117,13 +120,7 @@ class Database(Protocol):
     def watch(
         self,
         pipeline: Sequence[Mapping[str, Any]] | None = None,
-        full_document: str = "default",
-        full_document_before_change: str = "off",
-        resume_after: Mapping[str, str] | None = None,
-        start_after: Mapping[str, str] | None = None,
-        start_at_operation_time: Any = None,
-        max_await_time_ms: int | None = None,
-        batch_size: int | None = None,
+        **arguments: Unpack[WatchArguments],
     ) -> ChangeStreamCursor: ...
     def table(self, name: str) -> TableHandle: ...
     def system_documents(self, kind: str) -> dict[str, SystemDocument]: ...

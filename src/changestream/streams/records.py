@@ -70,6 +70,9 @@ class DataChangeRecord(_JsonRecord):
     is_system_transaction: bool
     #: The partition this record was read from (not part of the seed's JSON).
     partition_token: str = ""
+    #: The session of the database handle that committed it, recorded by the engine's own
+    #: streams only (not part of the seed's JSON; empty elsewhere).
+    session_id: str = ""
 
     record_type = "data_change_record"
 
@@ -124,6 +127,7 @@ class DataChangeRecord(_JsonRecord):
             transaction_tag=data["transaction_tag"],
             is_system_transaction=data["is_system_transaction"],
             partition_token=partition_token,
+            session_id=data.get("session_id", ""),
         )
 
 

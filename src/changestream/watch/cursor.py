@@ -6,17 +6,22 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from changestream.clock import format_ts
 from changestream.errors import InvalidArgument, OutOfRange
 from changestream.streams.interface import Database
 from changestream.streams.records import DataChangeRecord
-from changestream.watch.events import TABLE_EVENTS, Document, Event, EventBuilder
+from changestream.watch.events import INVALIDATING, Document, Event, EventBuilder
 from changestream.watch.merge import PartitionMerge, SortKey
 from changestream.watch.options import watch_options
 from changestream.watch.pipeline import Pipeline
 from changestream.watch.tokens import ResumeToken
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from changestream.streams.watch_arguments import WatchArguments
 
 _NEVER = 2**62
 #: The most records the cursor takes from the merge at once (it converts them one by one, as
@@ -39,30 +44,16 @@ class ChangeStreamCursor:
         db: Database,
         table: str | None = None,
         pipeline: Sequence[Mapping[str, Any]] | None = None,
-        full_document: str = "default",
-        full_document_before_change: str = "off",
-        resume_after: Mapping[str, str] | None = None,
-        start_after: Mapping[str, str] | None = None,
-        start_at_operation_time: Any = None,
-        max_await_time_ms: int | None = None,
-        batch_size: int | None = None,
+        **arguments: Unpack[WatchArguments],
     ) -> None:
-        options = watch_options(
-            full_document,
-            full_document_before_change,
-            resume_after,
-            start_after,
-            start_at_operation_time,
-            max_await_time_ms,
-            batch_size,
-        )
+        options = watch_options(arguments)
+        #: The ``comment`` given to watch() (None when none was).
+        self.comment = options.comment
         self._pipeline = Pipeline(pipeline)
         self._table = table
         self._max_await_s = options.max_await_s
         source = db.ensure_watch_stream()
-        self._builder = EventBuilder(
-            db, source.database, options.full_document, options.full_document_before_change
-        )
+        self._builder = EventBuilder(db, source.database, options)
         if options.resume_from is not None:
             start = options.resume_from.commit_ts
             self._token = options.resume_from
@@ -162,7 +153,7 @@ class ChangeStreamCursor:
         for token, event in self._builder.events(record, key):
             if not self._after.skips(token.key):
                 self._emit(token, event)
-        if self._table is not None and record.mod_type in TABLE_EVENTS:
+        if self._table is not None and record.mod_type in INVALIDATING:
             token, event = self._builder.invalidate(key)
             if not self._after.skips(token.key):
                 self._emit(token, event)

@@ -3,14 +3,24 @@
 One event per mod, in the record's mod order. Documents (``fullDocument``, ``documentKey``,
 ...) hold column values in the change-record JSON encoding, as the records do, so an event is
 plain JSON apart from ``clusterTime`` (:class:`ClusterTime`) and ``wallTime`` (an aware UTC
-datetime). ``updateDescription`` compares the full old and new rows: a column that became NULL
-is in ``removedFields``, any other column whose value changed is in ``updatedFields``.
-``txnNumber`` is the server transaction id; ``lsid`` is ``{"id": <transaction tag>}``, the
-closest thing the engine has to a client session.
+datetime).
+
+``updateDescription`` compares the full old and new rows as MongoDB describes a change it
+computed: ``updatedFields`` by dotted path (a changed key inside a JSON document is
+``"J.a.b"``, a changed array element ``"A.2"``), ``removedFields`` for keys gone from JSON
+documents, and ``truncatedArrays`` (always present, MongoDB 4.7+) for arrays that became shorter,
+which are then not in ``updatedFields``. A NULL column is a field holding ``null`` (so setting
+one to NULL is an ``updatedFields`` entry); with ``null_as_missing`` it is an absent field
+instead, everywhere: left out of documents and listed in ``removedFields``.
+
+``txnNumber`` (the server transaction id) and ``lsid`` (``{"id": <session>}``, the committing
+database handle's session) appear, as in MongoDB, only on events of transactions that changed
+more than one row. ``create`` events (a table created) come only with ``show_expanded_events``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from changestream.clock import to_datetime
@@ -19,6 +29,7 @@ from changestream.streams.interface import Database
 from changestream.streams.records import DataChangeRecord, Mod
 from changestream.types import ColumnType, from_sqlite, json_to_sqlite, to_json_value
 from changestream.watch.cluster_time import ClusterTime
+from changestream.watch.options import WatchOptions
 from changestream.watch.tokens import ResumeToken, TokenKind
 
 Document = dict[str, Any]
@@ -29,31 +40,39 @@ _OPERATIONS = {
     "UPDATE": "update",
     "REPLACE": "replace",
     "DELETE": "delete",
+    "CREATE_TABLE": "create",
     "DROP_TABLE": "drop",
     "RENAME_TABLE": "rename",
 }
+#: The mod types of records that end a table's history (a table watch is invalidated).
+INVALIDATING = frozenset({"DROP_TABLE", "RENAME_TABLE"})
 #: The mod types of records about a table rather than its rows.
-TABLE_EVENTS = frozenset({"DROP_TABLE", "RENAME_TABLE"})
+TABLE_EVENTS = INVALIDATING | {"CREATE_TABLE"}
+#: Shown only with ``show_expanded_events``, as in MongoDB.
+_EXPANDED = frozenset({"CREATE_TABLE"})
 
 
 class EventBuilder:
-    """Turns records into events for one cursor's ``full_document`` settings."""
+    """Turns records into events for one cursor's options."""
 
-    def __init__(
-        self, db: Database, database: str, full_document: str, full_document_before_change: str
-    ) -> None:
+    def __init__(self, db: Database, database: str, options: WatchOptions) -> None:
         self._db = db
         self._database = database
-        self._full_document = full_document
-        self._before = full_document_before_change != "off"
+        self._full_document = options.full_document
+        self._before = options.full_document_before_change != "off"
+        self._expanded = options.show_expanded_events
+        self._null_as_missing = options.null_as_missing
 
     def events(self, record: DataChangeRecord, key: tuple[int, int, int]) -> list[Event]:
         """The record's events with their resume tokens, in order (``key``: its place in
         commit order, see :func:`changestream.watch.merge.record_key`)."""
+        if record.mod_type in _EXPANDED and not self._expanded:
+            return []
         commit_ts, transaction, sequence = key
         operation = _OPERATIONS[record.mod_type]
         cluster_time = ClusterTime.from_us(commit_ts)
         wall_time = to_datetime(commit_ts)
+        in_transaction = record.number_of_records_in_transaction > 1 or len(record.mods) > 1
         events: list[Event] = []
         for index, mod in enumerate(record.mods):
             token = ResumeToken(commit_ts, transaction, sequence, index, 0, TokenKind.EVENT)
@@ -64,13 +83,17 @@ class EventBuilder:
                 "wallTime": wall_time,
                 "ns": {"db": self._database, "coll": record.table_name},
             }
-            if record.mod_type in TABLE_EVENTS:
-                if operation == "rename":
-                    event["to"] = {"db": self._database, "coll": mod.new_values["table_name"]}
-            else:
+            if operation == "rename":
+                event["to"] = {"db": self._database, "coll": mod.new_values["table_name"]}
+            elif operation == "create":
+                event["nsType"] = "collection"
+                event["operationDescription"] = _table_description(record)
+            elif record.mod_type not in TABLE_EVENTS:
                 self._describe_row(record, mod, operation, event)
-                event["txnNumber"] = transaction
-                event["lsid"] = {"id": record.transaction_tag}
+                if in_transaction:
+                    event["txnNumber"] = transaction
+                    if record.session_id:
+                        event["lsid"] = {"id": record.session_id}
             events.append((token, event))
         return events
 
@@ -91,27 +114,22 @@ class EventBuilder:
     ) -> None:
         event["documentKey"] = dict(mod.keys)
         if operation == "update":
-            new, old = mod.new_values, mod.old_values
-            event["updateDescription"] = {
-                "updatedFields": {
-                    name: value
-                    for name, value in new.items()
-                    if value is not None and (name not in old or old[name] != value)
-                },
-                "removedFields": [
-                    name
-                    for name, value in new.items()
-                    if value is None and old.get(name) is not None
-                ],
-            }
+            event["updateDescription"] = update_description(
+                mod.old_values, mod.new_values, self._null_as_missing
+            )
             if self._full_document == "updateLookup":
-                event["fullDocument"] = self._lookup(record, mod)
+                event["fullDocument"] = self._document(self._lookup(record, mod))
             elif self._full_document != "default":
-                event["fullDocument"] = {**mod.keys, **mod.new_values}
+                event["fullDocument"] = self._document({**mod.keys, **mod.new_values})
         elif operation in ("insert", "replace"):
-            event["fullDocument"] = {**mod.keys, **mod.new_values}
+            event["fullDocument"] = self._document({**mod.keys, **mod.new_values})
         if self._before and operation != "insert":
-            event["fullDocumentBeforeChange"] = {**mod.keys, **mod.old_values}
+            event["fullDocumentBeforeChange"] = self._document({**mod.keys, **mod.old_values})
+
+    def _document(self, row: Document | None) -> Document | None:
+        if row is None or not self._null_as_missing:
+            return row
+        return {name: value for name, value in row.items() if value is not None}
 
     def _lookup(self, record: DataChangeRecord, mod: Mod) -> Document | None:
         """The row as it is now (it may be newer than the change), or None if it is gone."""
@@ -130,3 +148,67 @@ class EventBuilder:
             name: to_json_value(types[name], value)
             for name, value in zip(names, rows[0], strict=True)
         }
+
+
+def _table_description(record: DataChangeRecord) -> Document:
+    """A created table's shape, as ``operationDescription`` of its ``create`` event."""
+    columns = sorted(record.column_types, key=lambda c: c.ordinal_position)
+    return {
+        "columns": [{"name": c.name, "type": c.type} for c in columns],
+        "primaryKey": [c.name for c in columns if c.is_primary_key],
+    }
+
+
+_ABSENT = object()
+
+
+def update_description(
+    old: Mapping[str, Any], new: Mapping[str, Any], null_as_missing: bool = False
+) -> Document:
+    """``updateDescription`` of a row whose non-key columns went from ``old`` to ``new``."""
+    updated: Document = {}
+    removed: list[str] = []
+    truncated: list[Document] = []
+    for name, value in new.items():
+        before = old.get(name, _ABSENT)
+        if null_as_missing:
+            if value is None:
+                if before is not None and before is not _ABSENT:
+                    removed.append(name)
+                continue
+            if before is None:
+                before = _ABSENT
+        if before is _ABSENT:
+            updated[name] = value
+        else:
+            _delta(name, before, value, updated, removed, truncated)
+    return {"updatedFields": updated, "removedFields": removed, "truncatedArrays": truncated}
+
+
+def _delta(
+    path: str,
+    old: Any,
+    new: Any,
+    updated: Document,
+    removed: list[str],
+    truncated: list[Document],
+) -> None:
+    """Describe ``old`` → ``new`` at ``path``: documents and arrays key by key, element by
+    element; anything else (or a change of kind) as a new value."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        for key, value in new.items():
+            if key in old:
+                _delta(f"{path}.{key}", old[key], value, updated, removed, truncated)
+            else:
+                updated[f"{path}.{key}"] = value
+        removed.extend(f"{path}.{key}" for key in old if key not in new)
+    elif isinstance(old, list) and isinstance(new, list):
+        if len(new) < len(old):
+            truncated.append({"field": path, "newSize": len(new)})
+        for index, value in enumerate(new):
+            if index < len(old):
+                _delta(f"{path}.{index}", old[index], value, updated, removed, truncated)
+            else:
+                updated[f"{path}.{index}"] = value
+    elif type(old) is not type(new) or old != new:
+        updated[path] = new

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
+
+import orjson
 
 from changestream.clock import parse_ts
 from changestream.errors import InvalidArgument
+from changestream.streams.watch_arguments import WATCH_ARGUMENTS
 from changestream.watch.cluster_time import ClusterTime
 from changestream.watch.tokens import ResumeToken, TokenKind
 
@@ -27,18 +32,24 @@ class WatchOptions:
     start_at: int | None
     max_await_s: float
     batch_size: int
+    show_expanded_events: bool = False
+    null_as_missing: bool = False
+    comment: Any = None
 
 
-def watch_options(
-    full_document: object,
-    full_document_before_change: object,
-    resume_after: object,
-    start_after: object,
-    start_at_operation_time: object,
-    max_await_time_ms: object,
-    batch_size: object,
-) -> WatchOptions:
-    """Check watch()'s arguments (see :meth:`changestream.EmbeddedDatabase.watch`)."""
+def watch_options(arguments: Mapping[str, Any]) -> WatchOptions:
+    """Check watch()'s keyword arguments (see :class:`WatchArguments`)."""
+    unknown = [name for name in arguments if name not in WATCH_ARGUMENTS]
+    if unknown:
+        raise InvalidArgument(
+            f"watch() got unknown argument(s) {', '.join(map(repr, unknown))}; it takes "
+            f"pipeline and {', '.join(WATCH_ARGUMENTS)}"
+        )
+    full_document = arguments.get("full_document", "default")
+    full_document_before_change = arguments.get("full_document_before_change", "off")
+    resume_after = arguments.get("resume_after")
+    start_after = arguments.get("start_after")
+    start_at_operation_time = arguments.get("start_at_operation_time")
     if full_document not in FULL_DOCUMENT_MODES:
         raise InvalidArgument(
             f"full_document must be one of {', '.join(map(repr, FULL_DOCUMENT_MODES))}, "
@@ -83,9 +94,31 @@ def watch_options(
         full_document_before_change=str(full_document_before_change),
         resume_from=resume_from,
         start_at=start_at,
-        max_await_s=_count(max_await_time_ms, "max_await_time_ms", 0, DEFAULT_MAX_AWAIT_MS) / 1000,
-        batch_size=_count(batch_size, "batch_size", 1, DEFAULT_BATCH_SIZE),
+        max_await_s=_count(
+            arguments.get("max_await_time_ms"), "max_await_time_ms", 0, DEFAULT_MAX_AWAIT_MS
+        )
+        / 1000,
+        batch_size=_count(arguments.get("batch_size"), "batch_size", 1, DEFAULT_BATCH_SIZE),
+        show_expanded_events=_flag(arguments, "show_expanded_events"),
+        null_as_missing=_flag(arguments, "null_as_missing"),
+        comment=_comment(arguments.get("comment")),
     )
+
+
+def _flag(arguments: Mapping[str, Any], name: str) -> bool:
+    value = arguments.get(name, False)
+    if not isinstance(value, bool):
+        raise InvalidArgument(f"{name} must be True or False, got {value!r}")
+    return value
+
+
+def _comment(value: object) -> Any:
+    """A JSON value (MongoDB takes any BSON value; ours travel as JSON)."""
+    try:
+        orjson.dumps(value)
+    except TypeError as exc:
+        raise InvalidArgument(f"comment must be a JSON value, got {value!r}") from exc
+    return value
 
 
 def _count(value: object, name: str, minimum: int, default: int) -> int:

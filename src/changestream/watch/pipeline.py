@@ -5,14 +5,16 @@
 nested documents and across arrays. As in MongoDB, comparisons only match values of the same
 kind (numbers with numbers, strings with strings, ...), ``null`` matches a missing field, and a
 condition on an array field matches when any element does. ``$project`` includes or excludes
-fields (dotted paths allowed); ``_id`` stays unless excluded by name.
+fields (dotted paths allowed) or computes them from expressions (field paths such as
+``"$ns.coll"``, ``$$ROOT``, ``{"$literal": v}``, documents, arrays and literals); ``_id`` stays
+unless excluded by name.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import decimal
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from changestream.errors import InvalidArgument
@@ -210,40 +212,130 @@ def _same_kind(a: Any, b: Any) -> bool:
 # -- $project ----------------------------------------------------------------------------------
 
 
+_MISSING = object()
+Expression = Callable[[Mapping[str, Any]], Any]
+
+
 def _compile_project(spec: object, where: str) -> Stage:
+    """MongoDB's ``$project``: fields included (1/true) or excluded (0/false) by path, or
+    computed from expressions — ``"$field.path"``, ``"$$ROOT"``, ``{"$literal": v}``, a
+    document or array of expressions, or any other value as a literal. Dotted names and
+    nested documents name nested fields. Exclusion cannot mix with anything but ``_id: 0``."""
     if not isinstance(spec, Mapping) or not spec:
         raise InvalidArgument(
-            f"{where} takes a non-empty document of fields to include (1) or exclude (0), "
-            f"got {spec!r}"
+            f"{where} takes a non-empty document of fields to include (1), exclude (0) or "
+            f"compute (an expression), got {spec!r}"
         )
     include: list[list[str]] = []
     exclude: list[list[str]] = []
+    computed: list[tuple[list[str], Expression]] = []
     keep_id = True
-    for path, flag in spec.items():
-        if not isinstance(path, str) or not path or path.startswith("$"):
-            raise InvalidArgument(f"{where}: {path!r} is not a field path")
-        if isinstance(flag, bool | int | float):
-            included = bool(flag)
+    for parts, value in _project_fields(spec, [], where):
+        if not isinstance(value, bool):
+            computed.append((parts, value))
+        elif parts == ["_id"]:
+            keep_id = value
         else:
-            raise InvalidArgument(
-                f"{where}: only inclusion (1 or true) and exclusion (0 or false) are supported, "
-                f"got {flag!r} for {path!r}"
-            )
-        if path == "_id":
-            keep_id = included
-        else:
-            (include if included else exclude).append(path.split("."))
-    if include and exclude:
+            (include if value else exclude).append(parts)
+    if exclude and (include or computed):
         raise InvalidArgument(
-            f"{where} cannot mix inclusion and exclusion (only _id may be excluded from an "
-            f"inclusion projection): {dict(spec)!r}"
+            f"{where} cannot mix inclusion and exclusion, nor computed fields and exclusion "
+            f"(only _id may be excluded from an inclusion projection): {dict(spec)!r}"
         )
-    if include:
+    if include or computed:
         paths = include if not keep_id else [["_id"], *include]
-        return lambda event: _included(event, paths)
+        return lambda event: _projected(event, paths, computed)
     if not keep_id:
         exclude.append(["_id"])
     return lambda event: _excluded(event, exclude)
+
+
+def _project_fields(
+    spec: Mapping[Any, Any], prefix: list[str], where: str
+) -> Iterator[tuple[list[str], bool | Expression]]:
+    """(path, inclusion flag or compiled expression) of each field a projection names; a
+    nested document that is not an expression names nested fields."""
+    for name, value in spec.items():
+        if not isinstance(name, str) or not name or name.startswith("$"):
+            raise InvalidArgument(f"{where}: {name!r} is not a field path")
+        parts = [*prefix, *name.split(".")]
+        if not all(parts):
+            raise InvalidArgument(f"{where}: {name!r} is not a field path")
+        if isinstance(value, Mapping) and value and not _is_operator(value):
+            yield from _project_fields(value, parts, where)
+        elif isinstance(value, bool | int | float):
+            yield parts, bool(value)
+        else:
+            yield parts, _compile_expression(value, where)
+
+
+def _is_operator(value: Mapping[Any, Any]) -> bool:
+    return any(isinstance(k, str) and k.startswith("$") for k in value)
+
+
+def _compile_expression(spec: Any, where: str) -> Expression:
+    """An aggregation expression of the kinds ``$project`` takes here (see its docstring)."""
+    if isinstance(spec, str) and spec.startswith("$$"):
+        variable, _, rest = spec[2:].partition(".")
+        if variable not in ("ROOT", "CURRENT"):
+            raise InvalidArgument(f"{where}: unknown variable {spec!r}; allowed: $$ROOT, $$CURRENT")
+        parts = rest.split(".") if rest else []
+        return lambda doc: _value_at(doc, parts)
+    if isinstance(spec, str) and spec.startswith("$"):
+        parts = spec[1:].split(".")
+        if not all(parts):
+            raise InvalidArgument(f"{where}: {spec!r} is not a field path")
+        return lambda doc: _value_at(doc, parts)
+    if isinstance(spec, Mapping):
+        if _is_operator(spec):
+            if list(spec) != ["$literal"]:
+                raise InvalidArgument(
+                    f"{where}: unsupported expression {dict(spec)!r}; expressions here are "
+                    "field paths ('$a.b'), $$ROOT, {'$literal': value}, documents, arrays "
+                    "and literal values"
+                )
+            literal = spec["$literal"]
+            return lambda doc: literal
+        fields = {str(k): _compile_expression(v, where) for k, v in spec.items()}
+        return lambda doc: {
+            k: value for k, f in fields.items() if (value := f(doc)) is not _MISSING
+        }
+    if isinstance(spec, list):
+        items = [_compile_expression(item, where) for item in spec]
+        return lambda doc: [None if (v := f(doc)) is _MISSING else v for f in items]
+    return lambda doc: spec
+
+
+def _value_at(value: Any, parts: list[str]) -> Any:
+    """The value a field path reaches (arrays map over their documents), or _MISSING."""
+    for index, part in enumerate(parts):
+        if isinstance(value, list):
+            found = [_value_at(item, parts[index:]) for item in value if isinstance(item, Mapping)]
+            return [v for v in found if v is not _MISSING]
+        if not isinstance(value, Mapping) or part not in value:
+            return _MISSING
+        value = value[part]
+    return value
+
+
+def _projected(
+    event: Mapping[str, Any],
+    paths: list[list[str]],
+    computed: list[tuple[list[str], Expression]],
+) -> Document:
+    out = _included(event, paths)
+    for parts, expression in computed:
+        value = expression(event)
+        if value is _MISSING:
+            continue
+        target = out
+        for part in parts[:-1]:
+            branch = target.get(part)
+            if not isinstance(branch, dict):
+                branch = target[part] = {}
+            target = branch
+        target[parts[-1]] = value
+    return out
 
 
 def _included(document: Mapping[str, Any], paths: list[list[str]]) -> Document:

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from changestream.errors import InvalidArgument
 from changestream.streams.interface import Database
 from changestream.watch.cursor import ChangeStreamCursor
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from changestream.streams.watch_arguments import WatchArguments
 
 
 class TableHandle:
@@ -22,25 +27,8 @@ class TableHandle:
     def watch(
         self,
         pipeline: Sequence[Mapping[str, Any]] | None = None,
-        full_document: str = "default",
-        full_document_before_change: str = "off",
-        resume_after: Mapping[str, str] | None = None,
-        start_after: Mapping[str, str] | None = None,
-        start_at_operation_time: Any = None,
-        max_await_time_ms: int | None = None,
-        batch_size: int | None = None,
+        **arguments: Unpack[WatchArguments],
     ) -> ChangeStreamCursor:
         """A cursor over this table's changes; a drop or rename of the table emits ``drop`` or
         ``rename``, then ``invalidate``, and closes it. Arguments as for ``db.watch()``."""
-        return ChangeStreamCursor(
-            self._db,
-            self.name,
-            pipeline,
-            full_document,
-            full_document_before_change,
-            resume_after,
-            start_after,
-            start_at_operation_time,
-            max_await_time_ms,
-            batch_size,
-        )
+        return ChangeStreamCursor(self._db, self.name, pipeline, **arguments)
