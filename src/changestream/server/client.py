@@ -76,8 +76,8 @@ from changestream.streams.records import (
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-    from changestream.streams.watch_arguments import WatchArguments
-    from changestream.watch import ChangeStreamCursor, TableHandle
+    from changestream.streams.watch_arguments import WatchArguments, WatchCursor
+    from changestream.watch import TableHandle
 
 TOKEN_ENV = "CHANGESTREAM_TOKEN"
 _JSON = {"content-type": "application/json"}
@@ -94,8 +94,10 @@ def connect(
 ) -> RemoteDatabase:
     """Connect to the database at ``url`` on a ``changestream serve`` server.
 
-    ``url`` is ``http(s)://host:port/NAME`` for database NAME, or ``http(s)://host:port`` when
-    the server serves one database. ``token`` defaults to ``$CHANGESTREAM_TOKEN``.
+    ``url`` is ``http(s)://host:port/NAME`` for database NAME, or ``http(s)://host:port``, the
+    server's root: then ``watch()`` follows every database the server serves (MongoDB's
+    client-level change stream), and the other calls go to its database when it serves exactly
+    one. ``token`` defaults to ``$CHANGESTREAM_TOKEN``.
     ``timeout`` bounds each request and each silence of a stream (the server sends keepalives);
     ``reconnect_timeout`` is how long calls and streams retry an unreachable server.
     ``verify``: check the server's TLS certificate (a path names the CA bundle to trust).
@@ -129,6 +131,8 @@ class RemoteDatabase:
         token = token if token is not None else os.environ.get(TOKEN_ENV)
         headers = {"authorization": f"Bearer {token}"} if token else {}
         self.url = url
+        self._settings = (token, timeout, reconnect_timeout, verify)
+        self._root = f"{parsed.scheme}://{parsed.netloc}{base}" if not name else None
         self._reconnect_timeout = reconnect_timeout
         self._closed = False
         self._client = httpx.Client(
@@ -139,14 +143,9 @@ class RemoteDatabase:
             verify=ssl.create_default_context(cafile=verify) if isinstance(verify, str) else verify,
         )
         if not name:
-            names = self._invoke("list_databases").databases
-            if len(names) != 1:
-                raise InvalidArgument(
-                    f"the server at {url} serves {len(names)} databases "
-                    f"({', '.join(names) or 'none'}); add one's name to the URL"
-                )
-            name = names[0]
-        #: The database's name on the server.
+            names = self.list_database_names()
+            name = names[0] if len(names) == 1 else ""
+        #: The database's name on the server ("" for a server root serving several).
         self.name = urllib.parse.unquote(name)
 
     # -- plumbing ----------------------------------------------------------------------------
@@ -179,6 +178,13 @@ class RemoteDatabase:
     def _path(self, endpoint: api.Endpoint, stream: str | None) -> str:
         path = endpoint.path
         if "{database}" in path:
+            if not self.name:
+                names = self.list_database_names()
+                raise InvalidArgument(
+                    f"the server at {self.url} serves {len(names)} databases "
+                    f"({', '.join(names) or 'none'}); add one's name to the URL (on the "
+                    "server's root only watch() works: it follows them all)"
+                )
             path = path.replace("{database}", _segment(self.name))
         return path if stream is None else path.replace("{stream}", _segment(stream))
 
@@ -486,12 +492,30 @@ class RemoteDatabase:
         self,
         pipeline: Sequence[Mapping[str, Any]] | None = None,
         **arguments: Unpack[WatchArguments],
-    ) -> ChangeStreamCursor:
+    ) -> WatchCursor:
         """A MongoDB-style cursor over every change, merged here from the remote read
-        function (arguments as for the embedded ``watch``)."""
+        function (arguments as for the embedded ``watch``). On a server's root URL it follows
+        every database the server serves (see :mod:`changestream.watch.cluster`)."""
         from changestream.watch import ChangeStreamCursor  # watch builds on this layer
+        from changestream.watch.cluster import ClusterChangeStreamCursor
 
+        if self._root is not None:
+            return ClusterChangeStreamCursor(
+                self.list_database_names, self._database, pipeline, **arguments
+            )
         return ChangeStreamCursor(self, None, pipeline, **arguments)
+
+    def list_database_names(self) -> list[str]:
+        """The databases the server serves, sorted."""
+        return sorted(self._invoke("list_databases").databases)
+
+    def _database(self, name: str) -> RemoteDatabase:
+        """Another database on the same server, reached with the same settings."""
+        assert self._root is not None
+        token, timeout, reconnect_timeout, verify = self._settings
+        return RemoteDatabase(
+            f"{self._root}/{_segment(name)}", token, timeout, reconnect_timeout, verify
+        )
 
     def table(self, name: str) -> TableHandle:
         """A handle on table ``name``: ``db.table("T").watch()`` watches it alone."""

@@ -17,8 +17,8 @@ from changestream.streams.records import ChangeRecord
 if TYPE_CHECKING:  # watch builds on this layer; only its types are named here
     from typing_extensions import Unpack
 
-    from changestream.streams.watch_arguments import WatchArguments
-    from changestream.watch import ChangeStreamCursor, TableHandle
+    from changestream.streams.watch_arguments import WatchArguments, WatchCursor
+    from changestream.watch import TableHandle
 
 Params = Mapping[str, Any] | Sequence[Any] | None
 
@@ -121,7 +121,7 @@ class Database(Protocol):
         self,
         pipeline: Sequence[Mapping[str, Any]] | None = None,
         **arguments: Unpack[WatchArguments],
-    ) -> ChangeStreamCursor: ...
+    ) -> WatchCursor: ...
     def table(self, name: str) -> TableHandle: ...
     def system_documents(self, kind: str) -> dict[str, SystemDocument]: ...
     def put_system_document(

@@ -1,11 +1,11 @@
-"""watch()'s keyword arguments, declared once: every ``watch()`` (database, remote database,
-table handle) takes ``pipeline`` and then these, by keyword; :mod:`changestream.watch.options`
-checks them."""
+"""watch()'s keyword arguments and the cursor it returns, declared once: every ``watch()``
+(database, remote database or server, table handle) takes ``pipeline`` and then these, by
+keyword (:mod:`changestream.watch.options` checks them), and returns a :class:`WatchCursor`."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, TypedDict
+from collections.abc import Iterator, Mapping
+from typing import Any, Protocol, TypedDict, runtime_checkable
 
 
 class WatchArguments(TypedDict, total=False):
@@ -39,3 +39,22 @@ class WatchArguments(TypedDict, total=False):
 
 #: The names ``watch()`` accepts after ``pipeline``.
 WATCH_ARGUMENTS = tuple(WatchArguments.__annotations__)
+
+
+@runtime_checkable
+class WatchCursor(Protocol):
+    """What every ``watch()`` returns: iterate it, or poll it with :meth:`try_next`; keep
+    :attr:`resume_token` to continue later."""
+
+    comment: Any
+
+    def __iter__(self) -> Iterator[dict[str, Any]]: ...
+    def __next__(self) -> dict[str, Any]: ...
+    def try_next(self) -> dict[str, Any] | None: ...
+    @property
+    def resume_token(self) -> dict[str, str]: ...
+    @property
+    def alive(self) -> bool: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> WatchCursor: ...
+    def __exit__(self, *exc: object) -> None: ...
