@@ -308,8 +308,11 @@ def test_a_directory_is_a_cluster(tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("not a database")
     app = create_app(Databases.serve(str(tmp_path)), NoAuth())
     with serve_in_thread(app) as running:
-        with pytest.raises(InvalidArgument, match="serves 2 databases \\(alpha, beta\\)"):
-            changestream.connect(running.url)
+        # The root reaches no one database (watch() alone follows them all).
+        with changestream.connect(running.url) as root:
+            assert root.list_database_names() == ["alpha", "beta"]
+            with pytest.raises(InvalidArgument, match="serves 2 databases \\(alpha, beta\\)"):
+                root.read("alpha")
         with changestream.connect(running.url + "/beta") as beta:
             assert beta.read("beta") == []
         shutil.copy(tmp_path / "alpha.db", tmp_path / "gamma.db")  # added while serving
