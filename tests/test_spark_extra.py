@@ -25,7 +25,7 @@ import changestream
 from changestream.clock import format_ts, now_us, parse_ts
 from changestream.datastream import StreamCatalog, StreamDefinition
 from changestream.datastream.files import event_files, read_events
-from changestream.spark.pipeline import Pipeline, PipelineOptions, PipelineStatus
+from changestream.spark.pipeline import PipelineOptions, PipelineStatus, SparkPipeline
 from changestream.spark.replica import DeltaReplica
 from tests.spark_support import create_items_db, write_items
 
@@ -86,7 +86,7 @@ def _define(path: str, root: Path, name: str, **extra: Any) -> StreamDefinition:
 
 def _run(spark: Any, path: str, name: str, **options: Any) -> PipelineStatus:
     opts = PipelineOptions(until_caught_up=True, trigger_seconds=0.5, **options)
-    return Pipeline(name, path, opts, spark=spark).run()
+    return SparkPipeline(name, path, opts, spark=spark).run()
 
 
 def _table(path: str, name: str) -> Any:
@@ -339,7 +339,7 @@ def test_batch_read_through_a_server_url_equals_the_embedded_read(
 
 
 class Background:
-    """``Pipeline.run()`` in a thread; ``result()`` waits for what it returned (or raised)."""
+    """``SparkPipeline.run()`` in a thread; ``result()`` waits for what it returned (or raised)."""
 
     def __init__(self, run: Callable[[], PipelineStatus]) -> None:
         self._run = run
@@ -385,7 +385,7 @@ def test_pause_and_drain_stop_a_running_pipeline_in_state_paused(
     options = PipelineOptions(trigger_seconds=0.5, poll_seconds=0.2)  # runs until told
 
     # Pause: run() returns with the stream Paused.
-    running = Background(lambda: Pipeline("live", path, options, spark=spark).run())
+    running = Background(lambda: SparkPipeline("live", path, options, spark=spark).run())
     _wait_for_state(path, "live", "Running")
     with changestream.open(path) as db:
         StreamCatalog(db).transition("live", "pause")
@@ -396,7 +396,7 @@ def test_pause_and_drain_stop_a_running_pipeline_in_state_paused(
         StreamCatalog(db).transition("live", "resume")
 
     # Drain: Draining, then Paused once everything committed before the drain has landed.
-    running = Background(lambda: Pipeline("live", path, options, spark=spark).run())
+    running = Background(lambda: SparkPipeline("live", path, options, spark=spark).run())
     _wait_for_state(path, "live", "Running")
     with changestream.open(path) as db:
         for n in range(5):

@@ -26,7 +26,7 @@ import changestream
 from changestream.clock import now_us
 from changestream.datastream import StreamCatalog, StreamDefinition
 from changestream.datastream.files import event_files, read_events
-from changestream.spark.pipeline import Pipeline, PipelineFailed, PipelineOptions
+from changestream.spark.pipeline import PipelineFailed, PipelineOptions, SparkPipeline
 from changestream.spark.replica import DeltaReplica
 from tests.lineage import read_lineage
 from tests.spark_support import ITEMS, Writer, write_items
@@ -70,7 +70,7 @@ def _stream(path: str, tmp: Path, name: str = "s1", **extra: Any) -> StreamDefin
 
 def _run(spark: Any, path: str, name: str = "s1", **options: Any) -> Any:
     opts = PipelineOptions(until_caught_up=True, trigger_seconds=0.5, **options)
-    return Pipeline(name, path, opts, spark=spark).run()
+    return SparkPipeline(name, path, opts, spark=spark).run()
 
 
 def _events(root: Path) -> list[dict[str, Any]]:
@@ -300,7 +300,9 @@ def test_a_trickle_makes_a_few_files_per_rotation_interval_not_one_per_batch(
     _create_items(path, rows=0)
     _stream(path, tmp_path, backfill="none", file_rotation_interval=2.0)
     options = PipelineOptions(trigger_seconds=0.2, poll_seconds=0.2, compact_every=3)
-    runner = threading.Thread(target=Pipeline("s1", path, options, spark=spark).run, daemon=True)
+    runner = threading.Thread(
+        target=SparkPipeline("s1", path, options, spark=spark).run, daemon=True
+    )
     runner.start()
     with changestream.open(path) as db:
         with db.transaction() as tx:

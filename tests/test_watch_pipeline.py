@@ -12,7 +12,7 @@ import pytest
 import changestream
 from changestream import InvalidArgument
 from changestream.watch import ClusterTime
-from changestream.watch.pipeline import Pipeline
+from changestream.watch.pipeline import AggregationPipeline
 from tests.watch_support import COLUMNS, ITEMS, nothing_more, take
 
 pytestmark = pytest.mark.timeout(120)
@@ -32,7 +32,7 @@ EVENT: dict[str, Any] = {
 
 
 def matches(query: dict[str, Any]) -> bool:
-    return Pipeline([{"$match": query}]).apply(EVENT) is not None
+    return AggregationPipeline([{"$match": query}]).apply(EVENT) is not None
 
 
 @pytest.mark.parametrize(
@@ -93,17 +93,19 @@ def test_match_rejects(query: dict[str, Any]) -> None:
 
 def test_booleans_are_not_numbers() -> None:
     event = {"_id": {}, "flag": True, "one": 1}
-    assert Pipeline([{"$match": {"flag": True}}]).apply(event) is not None
-    assert Pipeline([{"$match": {"flag": 1}}]).apply(event) is None
-    assert Pipeline([{"$match": {"one": True}}]).apply(event) is None
+    assert AggregationPipeline([{"$match": {"flag": True}}]).apply(event) is not None
+    assert AggregationPipeline([{"$match": {"flag": 1}}]).apply(event) is None
+    assert AggregationPipeline([{"$match": {"one": True}}]).apply(event) is None
 
 
 def test_project_include_and_exclude() -> None:
-    included = Pipeline([{"$project": {"operationType": 1, "fullDocument.V": True}}]).apply(EVENT)
+    included = AggregationPipeline(
+        [{"$project": {"operationType": 1, "fullDocument.V": True}}]
+    ).apply(EVENT)
     assert included == {"_id": EVENT["_id"], "operationType": "update", "fullDocument": {"V": "x"}}
-    lines = Pipeline([{"$project": {"fullDocument.Lines.q": 1}}]).apply(EVENT)
+    lines = AggregationPipeline([{"$project": {"fullDocument.Lines.q": 1}}]).apply(EVENT)
     assert lines == {"_id": EVENT["_id"], "fullDocument": {"Lines": [{"q": 1}, {"q": 5}]}}
-    excluded = Pipeline([{"$project": {"fullDocument.Tags": 0, "lsid": 0}}]).apply(EVENT)
+    excluded = AggregationPipeline([{"$project": {"fullDocument.Tags": 0, "lsid": 0}}]).apply(EVENT)
     assert excluded is not None
     assert "lsid" not in excluded and "Tags" not in excluded["fullDocument"]
     assert excluded["fullDocument"]["V"] == "x"
@@ -111,12 +113,15 @@ def test_project_include_and_exclude() -> None:
 
 
 def test_stages_run_in_order() -> None:
-    pipeline = Pipeline(
+    pipeline = AggregationPipeline(
         [{"$project": {"operationType": 1}}, {"$match": {"documentKey.Id": {"$exists": False}}}]
     )
     assert pipeline.apply(EVENT) == {"_id": EVENT["_id"], "operationType": "update"}
     assert (
-        Pipeline([{"$project": {"ns": 0}}, {"$match": {"ns.coll": "Items"}}]).apply(EVENT) is None
+        AggregationPipeline([{"$project": {"ns": 0}}, {"$match": {"ns.coll": "Items"}}]).apply(
+            EVENT
+        )
+        is None
     )
 
 
@@ -149,7 +154,7 @@ def test_stages_run_in_order() -> None:
 )
 def test_pipeline_errors_name_the_stage(pipeline: list[Any], message: str) -> None:
     with pytest.raises(InvalidArgument, match=re.escape(message)):
-        Pipeline(pipeline)
+        AggregationPipeline(pipeline)
 
 
 def test_cursor_applies_the_pipeline(tmp_path: Path) -> None:
@@ -183,3 +188,11 @@ def test_removing_id_fails_when_the_event_is_returned(tmp_path: Path) -> None:
         with pytest.raises(InvalidArgument, match="removed or changed _id"):
             take(cursor, 1)
         assert not cursor.alive
+
+
+def test_the_old_name_still_works_with_a_warning() -> None:
+    import changestream.watch.pipeline as module
+
+    with pytest.warns(DeprecationWarning, match="now AggregationPipeline"):
+        old = module.Pipeline
+    assert old is AggregationPipeline

@@ -108,7 +108,7 @@ def run(
     NAME --db D` first). A killed run resumes from its checkpoint, in the destination's
     _changestream directory.
     """
-    from changestream.spark.pipeline import Pipeline, PipelineOptions, PipelineStatus
+    from changestream.spark.pipeline import PipelineOptions, PipelineStatus, SparkPipeline
 
     options = PipelineOptions(
         master=master,
@@ -141,6 +141,6 @@ def run(
                 + (f" · backfill: {backfill}" if backfill else ""),
             )
 
-        final = Pipeline(name, db_path, options, on_status=show).run()
+        final = SparkPipeline(name, db_path, options, on_status=show).run()
     frontier = "-" if final.frontier is None else format_ts(final.frontier)
     click.echo(f"stream {name}: {final.state}, {final.rows_processed} events, through {frontier}")

@@ -3,7 +3,7 @@
 1. create ``shop.db`` with table ``Orders`` (some rows already in it) and a ``FOR ALL`` change
    stream capturing ``NEW_ROW_AND_OLD_VALUES``;
 2. define stream ``orders`` with event files (JSON lines) and a Delta Lake replica, and start it;
-3. run the pipeline (:class:`changestream.spark.pipeline.Pipeline`) on ``local[2]`` in a thread
+3. run the pipeline (:class:`changestream.spark.pipeline.SparkPipeline`) on ``local[2]`` in a thread
    while a writer keeps committing (and splits, then merges, the key space), showing the
    stream's state, events written, the newest event files and the replica catching up;
 4. drain the stream (it ends Paused once everything committed has landed), then show the event
@@ -178,7 +178,7 @@ def _run_pipeline(path: str, run: Run, trigger_seconds: float, log: Path) -> Non
     goes to ``log``."""
     try:
         from changestream.spark import local_session
-        from changestream.spark.pipeline import Pipeline, PipelineOptions
+        from changestream.spark.pipeline import PipelineOptions, SparkPipeline
 
         with _stderr_to(log):
             spark = local_session("local[2]", "changestream-demo")
@@ -190,7 +190,7 @@ def _run_pipeline(path: str, run: Run, trigger_seconds: float, log: Path) -> Non
             def on_status(status: Any) -> None:
                 run.status = status
 
-            run.final = Pipeline(STREAM, path, options, spark=spark, on_status=on_status).run()
+            run.final = SparkPipeline(STREAM, path, options, spark=spark, on_status=on_status).run()
         finally:
             spark.stop()
     except BaseException as exc:

@@ -28,6 +28,7 @@ import logging
 import shutil
 import threading
 import time
+import warnings
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -181,7 +182,7 @@ def classify(exc: BaseException) -> tuple[str, bool]:
     return f"{type(exc).__name__}: {lines[0] if lines else text}", False
 
 
-class Pipeline:
+class SparkPipeline:
     """Runs stream ``name`` of the source database ``database`` (a path or URL)."""
 
     def __init__(
@@ -582,7 +583,7 @@ class Pipeline:
 class _Heartbeat:
     """Tells the catalog, every ``seconds``, that this process runs the pipeline."""
 
-    def __init__(self, pipeline: Pipeline, seconds: float) -> None:
+    def __init__(self, pipeline: SparkPipeline, seconds: float) -> None:
         self._pipeline, self._seconds = pipeline, seconds
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._beat, name="pipeline-heartbeat", daemon=True)
@@ -665,5 +666,17 @@ def run_pipeline(
     options: PipelineOptions | None = None,
     on_status: Callable[[PipelineStatus], None] | None = None,
 ) -> PipelineStatus:
-    """Run the pipeline of stream ``name`` (see :class:`Pipeline`)."""
-    return Pipeline(name, database, options, on_status=on_status).run()
+    """Run the pipeline of stream ``name`` (see :class:`SparkPipeline`)."""
+    return SparkPipeline(name, database, options, on_status=on_status).run()
+
+
+def __getattr__(name: str) -> Any:
+    # The old name, shared with watch()'s aggregation pipeline until they were told apart.
+    if name == "Pipeline":
+        warnings.warn(
+            "changestream.spark.pipeline.Pipeline is now SparkPipeline",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return SparkPipeline
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -23,7 +23,7 @@ from changestream.streams.interface import Database
 from changestream.watch.cursor import ChangeStreamCursor
 from changestream.watch.events import Document
 from changestream.watch.options import watch_options
-from changestream.watch.pipeline import Pipeline
+from changestream.watch.pipeline import AggregationPipeline
 from changestream.watch.tokens import ResumeToken, TokenKind
 
 if TYPE_CHECKING:
@@ -114,7 +114,7 @@ class ClusterChangeStreamCursor:
                 f"got {' and '.join(given_names)}"
             )
         self.comment = options.comment
-        self._pipeline = Pipeline(pipeline)
+        self._pipeline = AggregationPipeline(pipeline)
         self._list_names, self._open = list_names, open_database
         self._max_await_s = options.max_await_s
         # Per database: what its cursor is built with, less where it starts.

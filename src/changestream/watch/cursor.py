@@ -15,7 +15,7 @@ from changestream.streams.records import DataChangeRecord
 from changestream.watch.events import INVALIDATING, Document, Event, EventBuilder
 from changestream.watch.merge import PartitionMerge, SortKey
 from changestream.watch.options import watch_options
-from changestream.watch.pipeline import Pipeline
+from changestream.watch.pipeline import AggregationPipeline
 from changestream.watch.tokens import ResumeToken
 
 if TYPE_CHECKING:
@@ -49,7 +49,7 @@ class ChangeStreamCursor:
         options = watch_options(arguments)
         #: The ``comment`` given to watch() (None when none was).
         self.comment = options.comment
-        self._pipeline = Pipeline(pipeline)
+        self._pipeline = AggregationPipeline(pipeline)
         self._table = table
         self._max_await_s = options.max_await_s
         source = db.ensure_watch_stream()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -35,7 +36,7 @@ _FIELD_OPERATORS = ("$eq", "$ne", *_COMPARISONS, "$in", "$nin", "$exists")
 _LOGICAL = ("$and", "$or", "$nor")
 
 
-class Pipeline:
+class AggregationPipeline:
     """A compiled list of stages; :meth:`apply` runs an event through them."""
 
     def __init__(self, stages: Sequence[Mapping[str, Any]] | None) -> None:
@@ -386,3 +387,15 @@ def _drop_path(target: Document, path: list[str]) -> None:
         target[head] = [
             _excluded(item, [path[1:]]) if isinstance(item, Mapping) else item for item in value
         ]
+
+
+def __getattr__(name: str) -> Any:
+    # The old name, from before the Spark pipeline job had a class of the same name.
+    if name == "Pipeline":
+        warnings.warn(
+            "changestream.watch.pipeline.Pipeline is now AggregationPipeline",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return AggregationPipeline
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
