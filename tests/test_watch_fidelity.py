@@ -293,3 +293,28 @@ def test_remote_watch_has_the_same_fidelity(db: changestream.EmbeddedDatabase) -
             remote.close()
     assert [created["op"], inserted["op"], updated["op"]] == ["create", "insert", "update"]
     assert updated["desc"]["truncatedArrays"] == [{"field": "A", "newSize": 2}]
+
+
+def test_a_remote_handle_commits_under_its_own_session(
+    db: changestream.EmbeddedDatabase,
+) -> None:
+    db.ensure_watch_stream()
+    with serving({"shop": db}) as running:
+        url = f"http://127.0.0.1:{running.server.port}/shop"
+        first, second = changestream.connect(url), changestream.connect(url)
+        try:
+            assert len({first.session_id, second.session_id, db.session_id}) == 3
+            with db.watch() as cursor:
+                for remote, base in ((first, 1), (second, 10)):
+                    with remote.transaction() as tx:
+                        tx.insert("Items", COLUMNS, [[base, "a", 1], [base + 1, "b", 2]])
+                with second.transaction() as tx:  # DML: a server-side transaction
+                    tx.execute_update("UPDATE Items SET N = 0 WHERE Id IN (1, 2)")
+                events = take(cursor, 6)
+        finally:
+            first.close()
+            second.close()
+    sessions = [e["lsid"]["id"] for e in events]
+    assert sessions == [first.session_id] * 2 + [second.session_id] * 4
+    with pytest.raises(InvalidArgument, match="session_id must be a UUID"):
+        db.transaction(session_id="not-a-uuid")

@@ -27,6 +27,7 @@ import datetime as dt
 import os
 import ssl
 import urllib.parse
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import suppress
 from typing import TYPE_CHECKING, Any
@@ -132,6 +133,8 @@ class RemoteDatabase:
         headers = {"authorization": f"Bearer {token}"} if token else {}
         self.url = url
         self._settings = (token, timeout, reconnect_timeout, verify)
+        #: This handle's session: its commits are recorded under it (watch()'s ``lsid``).
+        self.session_id = str(uuid.uuid4())
         self._root = f"{parsed.scheme}://{parsed.netloc}{base}" if not name else None
         self._reconnect_timeout = reconnect_timeout
         self._closed = False
@@ -576,7 +579,11 @@ class RemoteTransaction(MutationMethods):
         """Run an INSERT, UPDATE or DELETE on the server now; returns the rows it changed."""
         self._check_open()
         body = models.ExecuteUpdateRequest(
-            session=self._session, tag=self.tag, dml=dml, params=encode(params)
+            session=self._session,
+            tag=self.tag,
+            dml=dml,
+            params=encode(params),
+            client_session=self._db.session_id,
         )
         reply = self._db._invoke("execute_update", body, idempotent=False)
         self._session = reply.session
@@ -586,7 +593,12 @@ class RemoteTransaction(MutationMethods):
         """Send the mutations and commit; returns the commit timestamp."""
         self._check_open()
         self._done = True
-        body = models.CommitRequest(tag=self.tag, session=self._session, mutations=self._mutations)
+        body = models.CommitRequest(
+            tag=self.tag,
+            session=self._session,
+            mutations=self._mutations,
+            client_session=self._db.session_id,
+        )
         reply = self._db._invoke("commit", body, idempotent=False)
         self.commit_timestamp = to_datetime(reply.commit_timestamp)
         return self.commit_timestamp

@@ -48,6 +48,8 @@ class CommitRequest(Request):
     mutations: list[Mutation] = []
     tag: str | None = None
     session: str | None = None
+    #: The client handle's session (a UUID), recorded with the commit (watch()'s ``lsid``).
+    client_session: str | None = None
 
 
 class ExecuteUpdateRequest(Request):
@@ -57,6 +59,7 @@ class ExecuteUpdateRequest(Request):
     params: Any = None
     session: str | None = None
     tag: str | None = None
+    client_session: str | None = None
 
 
 class RollbackRequest(Request):

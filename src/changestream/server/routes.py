@@ -145,7 +145,9 @@ async def commit(
     database = _path(request, "database")
     if key is None:
         stamp, rows = await _on_db(
-            request, state, lambda db: _commit(db.transaction(tag), mutations)
+            request,
+            state,
+            lambda db: _commit(db.transaction(tag, body.client_session), mutations),
         )
     else:
         session = state.sessions.get(key, principal.name, database)
@@ -162,7 +164,7 @@ async def execute_update(
     database = _path(request, "database")
     if key is None:
         db = await _on_db(request, state, lambda db: db)
-        session = state.sessions.begin(db, body.tag, principal.name, database)
+        session = state.sessions.begin(db, body.tag, principal.name, database, body.client_session)
         try:
             count = await session.call(lambda tx: tx.execute_update(dml, params))
         except BaseException:

@@ -46,7 +46,7 @@ class Session:
         self._lock = threading.Lock()
         self._closed = False
 
-    def run(self, db: EmbeddedDatabase, tag: Any) -> None:
+    def run(self, db: EmbeddedDatabase, tag: Any, client_session: str | None = None) -> None:
         """The worker thread's loop: each job is a step of the transaction."""
         tx: Transaction | None = None
         try:
@@ -64,7 +64,7 @@ class Session:
                 step, final, loop, future = job
                 try:
                     if tx is None:
-                        tx = db.transaction(tag)
+                        tx = db.transaction(tag, client_session)
                     outcome: tuple[bool, Any] = (True, step(tx))
                 except BaseException as exc:
                     outcome = (False, exc)
@@ -116,7 +116,14 @@ class Sessions:
         self._lock = threading.Lock()
         self._open: dict[str, Session] = {}
 
-    def begin(self, db: EmbeddedDatabase, tag: Any, owner: str, database: str) -> Session:
+    def begin(
+        self,
+        db: EmbeddedDatabase,
+        tag: Any,
+        owner: str,
+        database: str,
+        client_session: str | None = None,
+    ) -> Session:
         """Open a transaction on ``db`` for ``owner`` (a token hash); its steps come later."""
         with self._lock:
             if len(self._open) >= self._limit:
@@ -127,7 +134,7 @@ class Sessions:
             key = secrets.token_urlsafe(18)
             session = Session(self, key, owner, database, self._idle_timeout)
             self._open[key] = session
-        self._threads.submit(lambda: session.run(db, tag))
+        self._threads.submit(lambda: session.run(db, tag, client_session))
         return session
 
     def get(self, key: str, owner: str, database: str) -> Session:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import sqlite3
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -441,11 +442,16 @@ class Transaction(MutationMethods):
     and rolls back when the block raises. Mutations are buffered and applied at commit; DML
     (``execute_update``) runs at once, and later reads in the transaction see it."""
 
-    def __init__(self, store: Store, tag: str | None = None) -> None:
+    def __init__(self, store: Store, tag: str | None = None, session_id: str | None = None) -> None:
         if tag is not None and not isinstance(tag, str):
             raise InvalidArgument(f"tag must be a string, got {shown(tag)}")
+        if session_id is not None:
+            _check_session(session_id)
         self._store = store
         self.tag = tag or ""
+        #: The session the commit is recorded under (watch()'s ``lsid``): the handle's own
+        #: unless a client that holds its own session (a remote handle) names it.
+        self.session_id = session_id or store.session_id
         self._mutations: list[Mutation] = []
         self._conn: sqlite3.Connection | None = None
         self._tracker: ChangeTracker | None = None
@@ -585,7 +591,7 @@ class Transaction(MutationMethods):
             is_system_transaction=False,
             changes=changes,
             catalog=ctx.catalog,
-            session_id=self._store.session_id,
+            session_id=self.session_id,
         )
         self._store.capture(ctx, context)
         if load:
@@ -598,3 +604,12 @@ class Transaction(MutationMethods):
         self._done = True
         if self._conn is not None and self._conn.in_transaction:
             self._conn.execute("ROLLBACK")
+
+
+def _check_session(session_id: object) -> None:
+    try:
+        uuid.UUID(session_id if isinstance(session_id, str) else "")
+    except ValueError:
+        raise InvalidArgument(
+            f"session_id must be a UUID string, got {shown(session_id)}"
+        ) from None
