@@ -462,3 +462,11 @@ def test_a_recreated_stream_starts_from_its_own_start_not_the_deleted_streams_ch
     events = [e for f in event_files(definition.destination) for e in read_events(f)]
     # backfill "none": each stream emits the changes from its own start only.
     assert sorted(e["payload"]["Name"] for e in events) == ["first stream", "second stream"]
+
+
+def test_the_old_pipeline_name_still_works_with_a_warning() -> None:
+    import changestream.spark.pipeline as module
+
+    with pytest.warns(DeprecationWarning, match="Pipeline is now SparkPipeline"):
+        old = module.Pipeline
+    assert old is SparkPipeline

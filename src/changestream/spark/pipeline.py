@@ -28,7 +28,6 @@ import logging
 import shutil
 import threading
 import time
-import warnings
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -46,6 +45,7 @@ from changestream.datastream.definition import StreamDefinition
 from changestream.datastream.segments import due, pending_lanes
 from changestream.datastream.states import StreamState
 from changestream.ddl.schema import Table
+from changestream.deprecation import renamed
 from changestream.errors import (
     ChangeStreamError,
     DatabaseBusy,
@@ -670,13 +670,5 @@ def run_pipeline(
     return SparkPipeline(name, database, options, on_status=on_status).run()
 
 
-def __getattr__(name: str) -> Any:
-    # The old name, shared with watch()'s aggregation pipeline until they were told apart.
-    if name == "Pipeline":
-        warnings.warn(
-            "changestream.spark.pipeline.Pipeline is now SparkPipeline",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return SparkPipeline
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# The old name, shared with watch()'s aggregation pipeline until they were told apart.
+__getattr__ = renamed(__name__, "Pipeline", SparkPipeline)

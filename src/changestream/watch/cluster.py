@@ -22,6 +22,7 @@ from changestream.errors import InvalidArgument, InvalidToken
 from changestream.streams.interface import Database
 from changestream.watch.cursor import ChangeStreamCursor
 from changestream.watch.events import Document
+from changestream.watch.iteration import CursorIteration
 from changestream.watch.options import watch_options
 from changestream.watch.pipeline import AggregationPipeline
 from changestream.watch.tokens import ResumeToken, TokenKind
@@ -88,7 +89,7 @@ class ClusterToken(NamedTuple):
         return ClusterToken(database.decode(), token)
 
 
-class ClusterChangeStreamCursor:
+class ClusterChangeStreamCursor(CursorIteration):
     """A cursor over every change in every database ``list_names()`` returns, each opened with
     ``open_database(name)`` (see the module docstring). Same protocol as
     :class:`~changestream.watch.ChangeStreamCursor`; a table dropped or renamed does not end it.
@@ -149,18 +150,6 @@ class ClusterChangeStreamCursor:
 
     # -- the cursor protocol ------------------------------------------------------------------
 
-    def __iter__(self) -> ClusterChangeStreamCursor:
-        return self
-
-    def __next__(self) -> Document:
-        while not self._closed:
-            event = self.try_next()
-            if event is not None:
-                return event
-        raise StopIteration
-
-    next = __next__
-
     def try_next(self) -> Document | None:
         """The next event in the merged order, or None if none within ``max_await_time_ms``."""
         deadline = time.monotonic() + self._max_await_s
@@ -188,22 +177,12 @@ class ClusterChangeStreamCursor:
         """Resume here with ``watch(resume_after=...)`` on the same server root."""
         return self._token.document()
 
-    @property
-    def alive(self) -> bool:
-        return not self._closed
-
     def close(self) -> None:
         self._closed = True
         for cursor in self._cursors.values():
             cursor.close()
         for db in self._databases.values():
             db.close()
-
-    def __enter__(self) -> ClusterChangeStreamCursor:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     # -- merging ------------------------------------------------------------------------------
 

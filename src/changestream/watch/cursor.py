@@ -13,6 +13,7 @@ from changestream.errors import InvalidArgument, OutOfRange
 from changestream.streams.interface import Database
 from changestream.streams.records import DataChangeRecord
 from changestream.watch.events import INVALIDATING, Document, Event, EventBuilder
+from changestream.watch.iteration import CursorIteration
 from changestream.watch.merge import PartitionMerge, SortKey
 from changestream.watch.options import watch_options
 from changestream.watch.pipeline import AggregationPipeline
@@ -29,7 +30,7 @@ _NEVER = 2**62
 _TAKE = 256
 
 
-class ChangeStreamCursor:
+class ChangeStreamCursor(CursorIteration):
     """Change events of a whole database, or of one table, in commit order.
 
     Iterate it (``for event in cursor``: blocks until the next event, ends after an
@@ -82,19 +83,6 @@ class ChangeStreamCursor:
 
     # -- the cursor protocol ------------------------------------------------------------------
 
-    def __iter__(self) -> ChangeStreamCursor:
-        return self
-
-    def __next__(self) -> Document:
-        """The next event, waiting as long as it takes; StopIteration once closed."""
-        while not self._closed:
-            event = self.try_next()
-            if event is not None:
-                return event
-        raise StopIteration
-
-    next = __next__
-
     def try_next(self) -> Document | None:
         """The next event, or None if none arrived within ``max_await_time_ms``."""
         if self._closed:
@@ -122,21 +110,10 @@ class ChangeStreamCursor:
         later when the cursor has read further without finding an event."""
         return self._token.document()
 
-    @property
-    def alive(self) -> bool:
-        """False once the cursor is closed (by :meth:`close` or after an invalidate event)."""
-        return not self._closed
-
     def close(self) -> None:
         """Stop reading; the partition readers end within about a second."""
         self._closed = True
         self._finalizer()
-
-    def __enter__(self) -> ChangeStreamCursor:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     # -- records to events ------------------------------------------------------------------
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
-import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
+from changestream.deprecation import renamed
 from changestream.errors import InvalidArgument
 from changestream.watch.cluster_time import ClusterTime
 
@@ -389,13 +389,5 @@ def _drop_path(target: Document, path: list[str]) -> None:
         ]
 
 
-def __getattr__(name: str) -> Any:
-    # The old name, from before the Spark pipeline job had a class of the same name.
-    if name == "Pipeline":
-        warnings.warn(
-            "changestream.watch.pipeline.Pipeline is now AggregationPipeline",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return AggregationPipeline
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# The old name, from before the Spark pipeline job had a class of the same name.
+__getattr__ = renamed(__name__, "Pipeline", AggregationPipeline)
