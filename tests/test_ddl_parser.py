@@ -257,23 +257,34 @@ def test_no_statements(text: str) -> None:
 ERRORS = [
     # statement level
     (
-        "CREATE INDEX I ON T(a)",
-        "expected TABLE or CHANGE STREAM after CREATE, found 'INDEX'",
-        "INDEX",
+        "CREATE VIEW V AS SELECT 1",
+        "expected TABLE, INDEX or CHANGE STREAM after CREATE, found 'VIEW'",
+        "VIEW",
     ),
     ("SELECT 1", "expected CREATE, ALTER or DROP, found 'SELECT'", "SELECT"),
     (
-        "ALTER TABLE T ADD COLUMN c INT64",
-        "expected RENAME TO after ALTER TABLE T, found 'ADD'",
-        "ADD",
+        "ALTER TABLE T SET OPTIONS (x = 1)",
+        "expected RENAME TO, ADD COLUMN, DROP COLUMN or ALTER COLUMN after ALTER TABLE T, "
+        "found 'SET'",
+        "SET",
     ),
+    ("ALTER TABLE T ADD W INT64", "expected COLUMN after ALTER TABLE T ADD, found 'W'", "W"),
+    ("CREATE INDEX I ON T", "expected '(', found end of input", ""),
+    ("CREATE INDEX I ON T (a, a)", "column 'a' appears twice in index 'I'", "a"),
+    ("CREATE UNIQUE TABLE T", "expected INDEX after CREATE UNIQUE", "TABLE"),
+    ("CREATE TABLE T (a INT64 DEFAULT (1)) PRIMARY KEY (a)", "DEFAULT is supported in", "DEFAULT"),
+    ("ALTER TABLE T ADD COLUMN c INT64 DEFAULT (x)", "must be a literal of its type", "x"),
+    ("ALTER TABLE T ADD COLUMN c INT64 DEFAULT ('1')", "must be a literal of its type", "'1'"),
+    ("ALTER TABLE T ADD COLUMN c BOOL DEFAULT (1)", "must be a literal of its type", "1"),
+    ("ALTER TABLE T ADD COLUMN c STRING(2) DEFAULT ('abc')", "longer than STRING(2)", "'abc'"),
+    ("CREATE INDEX _cs_i ON T (a)", "index name '_cs_i' is reserved", "_cs"),
     ("ALTER INDEX I", "expected TABLE or CHANGE STREAM after ALTER, found 'INDEX'", "INDEX"),
     ("ALTER TABLE T RENAME U", "expected TO, found 'U'", "U"),
     ("ALTER TABLE T RENAME TO _cs_log", "new table name '_cs_log' is reserved", "_cs"),
     ("CREATE CHANGE STREAM _cs_watch FOR ALL", "change stream name '_cs_watch' is reserved", "_cs"),
     ("ALTER CHANGE STREAM _CS_watch DROP FOR ALL", "name '_CS_watch' is reserved", "_CS"),
     ("DROP CHANGE STREAM _cs_watch", "change stream name '_cs_watch' is reserved", "_cs"),
-    ("DROP INDEX I", "expected TABLE or CHANGE STREAM after DROP, found 'INDEX'", "INDEX"),
+    ("DROP VIEW I", "expected TABLE, INDEX or CHANGE STREAM after DROP, found 'VIEW'", "VIEW"),
     ("CREATE CHANGE T", "expected STREAM, found 'T'", "T"),
     ("DROP TABLE T garbage", "expected ';' or end of input, found 'garbage'", "garbage"),
     ("DROP TABLE A DROP TABLE B", "expected ';' or end of input, found 'DROP'", "DROP TABLE B"),
@@ -285,7 +296,8 @@ ERRORS = [
     ("DROP TABLE ``", "empty backquoted name", "``"),
     ("CREATE CHANGE STREAM S OPTIONS (retention_period = '1h)", "unterminated string", "'1h"),
     ("DROP TABLE T /* never closed", "unterminated /* comment", "/*"),
-    ("DROP TABLE T-1", "unexpected character '-'", "-"),
+    ("DROP TABLE T-1", "expected ';' or end of input, found '-'", "-"),
+    ("DROP TABLE T+1", "unexpected character '+'", "+"),
     ("CREATE TABLE T (k INT64", "expected ',' or ')', found end of input", ""),
     # CREATE TABLE
     ("CREATE TABLE T ()", "table 'T' has no columns", ")"),
@@ -418,9 +430,9 @@ def test_error_message_reports_line_and_column() -> None:
 
 
 def test_error_in_a_later_statement_has_its_offset_in_the_whole_text() -> None:
-    text = "DROP TABLE A; DROP CHANGE STREAM S; CREATE INDEX I"
+    text = "DROP TABLE A; DROP CHANGE STREAM S; CREATE VIEW I"
     error = parse_error(text)
-    assert error.position == text.index("INDEX")
+    assert error.position == text.index("VIEW")
 
 
 @pytest.mark.parametrize(

@@ -54,6 +54,12 @@ CHANGE_TYPES: Final = ("INSERT", "UPDATE", "DELETE")
 BACKFILL_RANK: Final = 0
 CDC_RANK: Final = 1
 
+#: Said with a record that does not fit the table as it is now.
+_SCHEMA_HINT = (
+    "; or the table's columns changed (ALTER TABLE) after the record was committed, which "
+    "event building does not follow yet"
+)
+
 # Fixed so uuids stay the same across processes and releases.
 _UUID_NAMESPACE_BYTES = uuid.UUID("6b19f7f1-b143-460a-aabc-117f902a791b").bytes
 
@@ -232,7 +238,8 @@ def _decode_row(
     if len(row) != width:
         unknown = next(name for name in row if name not in plan.names)
         raise InvalidArgument(
-            f"column {unknown!r} is not in table {table.name!r} (columns: {', '.join(plan.names)})"
+            f"column {unknown!r} is not in table {table.name!r} (columns: "
+            f"{', '.join(plan.names)}){_SCHEMA_HINT}"
         )
     for name, decode in plan.decoders.items():
         value = row[name]
@@ -343,7 +350,8 @@ class _CdcBuilder:
                 raise InvalidArgument(
                     f"{mod_type} of table {table.name!r} lacks columns "
                     f"{', '.join(sorted(missing))}: the change stream must capture whole rows "
-                    "(value_capture_type NEW_ROW or NEW_ROW_AND_OLD_VALUES) and track every column"
+                    "(value_capture_type NEW_ROW or NEW_ROW_AND_OLD_VALUES) and track every "
+                    f"column{_SCHEMA_HINT}"
                 )
             row = _decode_row(plan, table, (keys, new_values))
         obj, stream_name = self.object, self.stream_name

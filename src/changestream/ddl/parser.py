@@ -1,8 +1,10 @@
 """A tokenizer and recursive-descent parser for the GoogleSQL DDL subset changestream supports.
 
-Supported statements: ``CREATE TABLE``, ``DROP TABLE``, ``ALTER TABLE ... RENAME TO``,
-``CREATE CHANGE STREAM``, ``ALTER CHANGE STREAM`` (``SET FOR``, ``SET OPTIONS``, ``DROP FOR ALL``)
-and ``DROP CHANGE STREAM``.
+Supported statements: ``CREATE TABLE``, ``DROP TABLE``, ``ALTER TABLE`` (``RENAME TO``,
+``ADD COLUMN [IF NOT EXISTS]``, ``DROP COLUMN``, ``ALTER COLUMN``), ``CREATE [UNIQUE]
+[NULL_FILTERED] INDEX [IF NOT EXISTS]``, ``DROP INDEX [IF EXISTS]``, ``CREATE CHANGE STREAM``,
+``ALTER CHANGE STREAM`` (``SET FOR``, ``SET OPTIONS``, ``DROP FOR ALL``) and
+``DROP CHANGE STREAM``.
 """
 
 from __future__ import annotations
@@ -17,12 +19,18 @@ from changestream.ddl.schema import (
     MAX_RETENTION_SECONDS,
     MIN_RETENTION_SECONDS,
     VALUE_CAPTURE_TYPES,
+    AddColumn,
     AlterChangeStream,
+    AlterColumn,
     Column,
     CreateChangeStream,
+    CreateIndex,
     CreateTable,
     DropChangeStream,
+    DropColumn,
+    DropIndex,
     DropTable,
+    Index,
     RenameTable,
     Statement,
     StreamOptions,
@@ -72,7 +80,7 @@ _QUOTED_NAME = re.compile(r"`([^`\n]*)`")
 # A backslash takes the next character literally: option values never need control characters.
 _STRING = re.compile(r"""'((?:[^'\\\n]|\\.)*)'|"((?:[^"\\\n]|\\.)*)\"""")
 _ESCAPE = re.compile(r"\\(.)")
-_PUNCTUATION = frozenset("(),;<>=")
+_PUNCTUATION = frozenset("(),;<>=-")
 
 _TokenKind = Literal["word", "name", "string", "integer", "punct", "end"]
 
@@ -247,19 +255,26 @@ class _Parser:
         if self._accept_keyword("CREATE"):
             if self._accept_keyword("TABLE"):
                 return self._create_table()
-            self._expect_keyword("CHANGE", "TABLE or CHANGE STREAM after CREATE")
+            if self._at_keyword("UNIQUE") or self._at_keyword("NULL_FILTERED"):
+                return self._create_index()
+            if self._accept_keyword("INDEX"):
+                return self._create_index(after_index=True)
+            self._expect_keyword("CHANGE", "TABLE, INDEX or CHANGE STREAM after CREATE")
             self._expect_keyword("STREAM")
             return self._create_change_stream()
         if self._accept_keyword("ALTER"):
             if self._accept_keyword("TABLE"):
-                return self._rename_table()
+                return self._alter_table()
             self._expect_keyword("CHANGE", "TABLE or CHANGE STREAM after ALTER")
             self._expect_keyword("STREAM")
             return self._alter_change_stream()
         if self._accept_keyword("DROP"):
             if self._accept_keyword("TABLE"):
                 return DropTable(self._name("table name").value)
-            self._expect_keyword("CHANGE", "TABLE or CHANGE STREAM after DROP")
+            if self._accept_keyword("INDEX"):
+                if_exists = self._if_exists()
+                return DropIndex(self._name("index name").value, if_exists)
+            self._expect_keyword("CHANGE", "TABLE, INDEX or CHANGE STREAM after DROP")
             self._expect_keyword("STREAM")
             return DropChangeStream(self._user_name("change stream name").value)
         raise self._unexpected("CREATE, ALTER or DROP")
@@ -309,12 +324,20 @@ class _Parser:
         key = self._primary_key(table, columns)
         return CreateTable(Table(table, tuple(columns.values()), key))
 
-    def _column(self, name: str, ordinal: int) -> Column:
+    def _column(self, name: str, ordinal: int, allow_default: bool = False) -> Column:
         column_type = self._column_type()
         not_null = False
         if self._accept_keyword("NOT"):
             self._expect_keyword("NULL")
             not_null = True
+        default = None
+        if self._at_keyword("DEFAULT"):
+            if not allow_default:
+                raise self._error(
+                    "DEFAULT is supported in ALTER TABLE ... ADD COLUMN only", self._token
+                )
+            self._advance()
+            default = self._default(name, column_type)
         allow_commit_timestamp = False
         if self._accept_keyword("OPTIONS"):
             for option, value in self._options():
@@ -331,7 +354,41 @@ class _Parser:
                         option,
                     )
                 allow_commit_timestamp = self._bool_option(option, value)
-        return Column(name, column_type, ordinal, not_null, allow_commit_timestamp)
+        return Column(name, column_type, ordinal, not_null, allow_commit_timestamp, default)
+
+    def _default(self, column: str, column_type: ColumnType) -> object:
+        """``( literal )``: an integer, string, TRUE/FALSE or NULL fitting the column's type."""
+        self._expect_punct("(", "'(' and a literal after DEFAULT")
+        token = self._token
+        negative = self._accept_punct("-")
+        value: object
+        code = column_type.code
+        if self._token.kind == "integer" and code in ("INT64", "FLOAT64"):
+            number = int(self._advance().value) * (-1 if negative else 1)
+            if code == "INT64" and not -(2**63) <= number < 2**63:
+                raise self._error(f"DEFAULT {number} is out of range for INT64", token)
+            value = float(number) if code == "FLOAT64" else number
+        elif negative:
+            raise self._unexpected(f"a number after '-' in the DEFAULT of column {column!r}")
+        elif self._token.kind == "string" and code == "STRING":
+            value = self._advance().value
+            if column_type.length is not None and len(value) > column_type.length:
+                raise self._error(f"DEFAULT is longer than {column_type}", token)
+        elif self._at_keyword("TRUE") or self._at_keyword("FALSE"):
+            if code != "BOOL":
+                raise self._error(f"DEFAULT {token.value} does not fit {column_type}", token)
+            value = self._advance().value.upper() == "TRUE"
+        elif self._accept_keyword("NULL"):
+            value = None
+        else:
+            raise self._error(
+                f"DEFAULT of column {column!r} ({column_type}) must be a literal of its type "
+                "(an integer for INT64/FLOAT64, a string for STRING, TRUE/FALSE for BOOL, or "
+                "NULL); expressions are not supported",
+                token,
+            )
+        self._expect_punct(")")
+        return value
 
     def _column_type(self, in_array: bool = False) -> ColumnType:
         token = self._token
@@ -400,11 +457,71 @@ class _Parser:
         self._expect_punct(")", "',' or ')'")
         return tuple(key)
 
-    def _rename_table(self) -> RenameTable:
+    def _alter_table(self) -> RenameTable | AddColumn | DropColumn | AlterColumn:
         name = self._name("table name").value
-        self._expect_keyword("RENAME", f"RENAME TO after ALTER TABLE {name}")
+        if self._accept_keyword("ADD"):
+            self._expect_keyword("COLUMN", f"COLUMN after ALTER TABLE {name} ADD")
+            if_not_exists = False
+            if self._accept_keyword("IF"):
+                self._expect_keyword("NOT")
+                self._expect_keyword("EXISTS")
+                if_not_exists = True
+            column = self._name("column name").value
+            return AddColumn(name, self._column(column, 0, allow_default=True), if_not_exists)
+        if self._accept_keyword("DROP"):
+            self._expect_keyword("COLUMN", f"COLUMN after ALTER TABLE {name} DROP")
+            return DropColumn(name, self._name("column name").value)
+        if self._accept_keyword("ALTER"):
+            self._expect_keyword("COLUMN", f"COLUMN after ALTER TABLE {name} ALTER")
+            column = self._name("column name").value
+            return AlterColumn(name, self._column(column, 0))
+        self._expect_keyword(
+            "RENAME", f"RENAME TO, ADD COLUMN, DROP COLUMN or ALTER COLUMN after ALTER TABLE {name}"
+        )
         self._expect_keyword("TO")
         return RenameTable(name, self._user_name("new table name").value)
+
+    def _if_exists(self) -> bool:
+        if self._accept_keyword("IF"):
+            self._expect_keyword("EXISTS")
+            return True
+        return False
+
+    def _create_index(self, after_index: bool = False) -> CreateIndex:
+        unique = null_filtered = False
+        if not after_index:
+            unique = self._accept_keyword("UNIQUE")
+            null_filtered = self._accept_keyword("NULL_FILTERED")
+            self._expect_keyword("INDEX", "INDEX after CREATE UNIQUE / NULL_FILTERED")
+        if_not_exists = False
+        if self._accept_keyword("IF"):
+            self._expect_keyword("NOT")
+            self._expect_keyword("EXISTS")
+            if_not_exists = True
+        name = self._user_name("index name").value
+        self._expect_keyword("ON", f"ON after CREATE INDEX {name}")
+        table = self._name("table name").value
+        self._expect_punct("(")
+        columns: list[tuple[str, bool]] = []
+        while True:
+            column = self._name("index column name")
+            if any(column.value == c for c, _ in columns):
+                raise self._error(
+                    f"column {column.value!r} appears twice in index {name!r}", column
+                )
+            descending = self._accept_keyword("DESC")
+            if not descending:
+                self._accept_keyword("ASC")
+            columns.append((column.value, descending))
+            if not self._accept_punct(","):
+                break
+        self._expect_punct(")", "',' or ')'")
+        storing: tuple[str, ...] = ()
+        if self._accept_keyword("STORING"):
+            self._expect_punct("(", "'(' after STORING")
+            storing = self._tracked_columns(table)
+        index = Index(name, table, tuple(columns), unique, null_filtered, storing)
+        return CreateIndex(index, if_not_exists)
 
     def _create_change_stream(self) -> CreateChangeStream:
         name = self._user_name("change stream name").value

@@ -26,15 +26,21 @@ class Column:
     ordinal: int
     not_null: bool = False
     allow_commit_timestamp: bool = False
+    #: The value a new row gets when a write leaves the column out (``DEFAULT (literal)``): a
+    #: bool, int, str or None, in the column's Python form.
+    default: Any = None
 
     def to_catalog(self) -> dict[str, Any]:
-        return {
+        out = {
             "name": self.name,
             "type": self.type.to_catalog(),
             "ordinal": self.ordinal,
             "not_null": self.not_null,
             "allow_commit_timestamp": self.allow_commit_timestamp,
         }
+        if self.default is not None:
+            out["default"] = self.default
+        return out
 
     @staticmethod
     def from_catalog(data: dict[str, Any]) -> Column:
@@ -44,7 +50,47 @@ class Column:
             ordinal=data["ordinal"],
             not_null=data["not_null"],
             allow_commit_timestamp=data["allow_commit_timestamp"],
+            default=data.get("default"),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class Index:
+    """A secondary index: ``columns`` are (name, descending) pairs; ``null_filtered`` leaves
+    out rows with a NULL in any of them; ``storing`` is kept for Spanner parity (SQLite reads
+    the row itself)."""
+
+    name: str
+    table: str
+    columns: tuple[tuple[str, bool], ...]
+    unique: bool = False
+    null_filtered: bool = False
+    storing: tuple[str, ...] = ()
+
+    def to_catalog(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "table": self.table,
+            "columns": [[name, desc] for name, desc in self.columns],
+            "unique": self.unique,
+            "null_filtered": self.null_filtered,
+            "storing": list(self.storing),
+        }
+
+    @staticmethod
+    def from_catalog(data: dict[str, Any]) -> Index:
+        return Index(
+            name=data["name"],
+            table=data["table"],
+            columns=tuple((name, bool(desc)) for name, desc in data["columns"]),
+            unique=data["unique"],
+            null_filtered=data["null_filtered"],
+            storing=tuple(data["storing"]),
+        )
+
+    def names(self) -> tuple[str, ...]:
+        """Every column the index uses (keys and STORING)."""
+        return tuple(name for name, _ in self.columns) + self.storing
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +100,7 @@ class Table:
     name: str
     columns: tuple[Column, ...]
     primary_key: tuple[str, ...]
+    indexes: tuple[Index, ...] = ()
     _by_name: dict[str, Column] = field(init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -73,11 +120,14 @@ class Table:
         return tuple(c for c in self.columns if c.name not in keys)
 
     def to_catalog(self) -> dict[str, Any]:
-        return {
+        out = {
             "name": self.name,
             "columns": [c.to_catalog() for c in self.columns],
             "primary_key": list(self.primary_key),
         }
+        if self.indexes:
+            out["indexes"] = [i.to_catalog() for i in self.indexes]
+        return out
 
     @staticmethod
     def from_catalog(data: dict[str, Any]) -> Table:
@@ -85,6 +135,7 @@ class Table:
             name=data["name"],
             columns=tuple(Column.from_catalog(c) for c in data["columns"]),
             primary_key=tuple(data["primary_key"]),
+            indexes=tuple(Index.from_catalog(i) for i in data.get("indexes", ())),
         )
 
 
@@ -168,6 +219,48 @@ class RenameTable:
 
 
 @dataclass(frozen=True, slots=True)
+class AddColumn:
+    """``ALTER TABLE table ADD COLUMN [IF NOT EXISTS] column``."""
+
+    table: str
+    column: Column
+    if_not_exists: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class DropColumn:
+    """``ALTER TABLE table DROP COLUMN name``."""
+
+    table: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class AlterColumn:
+    """``ALTER TABLE table ALTER COLUMN name TYPE [NOT NULL]``: ``column`` is the new definition
+    (its ordinal is filled in from the table's)."""
+
+    table: str
+    column: Column
+
+
+@dataclass(frozen=True, slots=True)
+class CreateIndex:
+    index: Index
+    if_not_exists: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class DropIndex:
+    name: str
+    if_exists: bool = False
+
+
+#: The statements that change one existing table's columns.
+ColumnChange = AddColumn | DropColumn | AlterColumn
+
+
+@dataclass(frozen=True, slots=True)
 class CreateChangeStream:
     name: str
     for_all: bool
@@ -194,6 +287,11 @@ Statement = (
     CreateTable
     | DropTable
     | RenameTable
+    | AddColumn
+    | DropColumn
+    | AlterColumn
+    | CreateIndex
+    | DropIndex
     | CreateChangeStream
     | AlterChangeStream
     | DropChangeStream

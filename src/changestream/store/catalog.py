@@ -8,11 +8,16 @@ from dataclasses import dataclass, field, replace
 import orjson
 
 from changestream.ddl.schema import (
+    AddColumn,
     AlterChangeStream,
+    AlterColumn,
     ChangeStream,
     CreateChangeStream,
+    CreateIndex,
     CreateTable,
     DropChangeStream,
+    DropColumn,
+    DropIndex,
     DropTable,
     RenameTable,
     Statement,
@@ -21,6 +26,7 @@ from changestream.ddl.schema import (
     Table,
 )
 from changestream.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
+from changestream.store import alter
 from changestream.store.keys import quote
 from changestream.store.sqlite_layout import SYSTEM_PREFIX, create_table_sql
 
@@ -84,6 +90,12 @@ class Catalog:
             self._drop_table(conn, statement.name)
         elif isinstance(statement, RenameTable):
             self._rename_table(conn, statement.name, statement.new_name)
+        elif isinstance(statement, AddColumn | DropColumn | AlterColumn):
+            self._alter_table(conn, statement)
+        elif isinstance(statement, CreateIndex):
+            self._create_index(conn, statement)
+        elif isinstance(statement, DropIndex):
+            self._drop_index(conn, statement)
         elif isinstance(statement, CreateChangeStream):
             self._create_stream(conn, statement, commit_ts)
         elif isinstance(statement, AlterChangeStream):
@@ -100,6 +112,56 @@ class Catalog:
             (table.name, orjson.dumps(table.to_catalog())),
         )
         self.tables[table.name] = table
+
+    def _save_table(self, conn: sqlite3.Connection, table: Table) -> None:
+        conn.execute(
+            "UPDATE _cs_tables SET definition = ? WHERE name = ?",
+            (orjson.dumps(table.to_catalog()), table.name),
+        )
+        self.tables[table.name] = table
+
+    def _alter_table(
+        self, conn: sqlite3.Connection, statement: AddColumn | DropColumn | AlterColumn
+    ) -> None:
+        table = self.table(statement.table)
+        altered: Table | None
+        if isinstance(statement, AddColumn):
+            altered = alter.add_column(conn, table, statement)
+        elif isinstance(statement, DropColumn):
+            streams = {name: entry.definition for name, entry in self.streams.items()}
+            altered = alter.drop_column(conn, table, statement, streams)
+        else:
+            altered = alter.alter_column(conn, table, statement)
+        if altered is not None:
+            self._save_table(conn, altered)
+
+    def index_table(self, name: str) -> Table | None:
+        """The table holding index ``name`` (names are matched ignoring case), or None."""
+        return next(
+            (t for t in self.tables.values() for i in t.indexes if i.name.lower() == name.lower()),
+            None,
+        )
+
+    def _create_index(self, conn: sqlite3.Connection, statement: CreateIndex) -> None:
+        index = statement.index
+        table = self.table(index.table)
+        if self.index_table(index.name) is not None:
+            if statement.if_not_exists:
+                return
+            raise AlreadyExists(f"index {index.name!r} already exists")
+        if any(t.lower() == index.name.lower() for t in self.tables):
+            raise AlreadyExists(f"index {index.name!r} would have a table's name")
+        self._save_table(conn, alter.create_index(conn, table, index))
+
+    def _drop_index(self, conn: sqlite3.Connection, statement: DropIndex) -> None:
+        table = self.index_table(statement.name)
+        if table is None:
+            if statement.if_exists:
+                return
+            known = ", ".join(sorted(i.name for t in self.tables.values() for i in t.indexes))
+            raise NotFound(f"index {statement.name!r} does not exist (indexes: {known or 'none'})")
+        name = next(i.name for i in table.indexes if i.name.lower() == statement.name.lower())
+        self._save_table(conn, alter.drop_index(conn, table, name))
 
     def _check_untracked(self, name: str, action: str) -> None:
         """Tables a stream names explicitly cannot go away under it (FOR ALL streams can)."""
@@ -136,7 +198,11 @@ class Catalog:
             conn.execute(f"ALTER TABLE {quote(name)} RENAME TO {quote(new_name)}")
         except sqlite3.OperationalError as exc:
             raise InvalidArgument(f"cannot rename table {name!r} to {new_name!r}: {exc}") from exc
-        renamed = replace(table, name=new_name)
+        renamed = replace(
+            table,
+            name=new_name,
+            indexes=tuple(replace(i, table=new_name) for i in table.indexes),
+        )
         conn.execute(
             "UPDATE _cs_tables SET name = ?, definition = ? WHERE name = ?",
             (new_name, orjson.dumps(renamed.to_catalog()), name),

@@ -41,16 +41,19 @@ class InsertBatch:
 
 @dataclass(frozen=True, slots=True)
 class SchemaChange:
-    """A table that DDL created (``created``), dropped (``new_name`` None) or renamed, for the
-    engine's own streams.
+    """What one DDL statement did to a table, for the engine's own streams (watch()).
 
+    ``kind`` is the record's mod type: ``CREATE_TABLE``, ``DROP_TABLE``, ``RENAME_TABLE``
+    (``new_name`` set), ``ALTER_TABLE`` (``detail``: ``action`` and ``column``),
+    ``CREATE_INDEX`` or ``DROP_INDEX`` (``detail``: ``index``, its catalog definition).
     ``split_id`` is the split holding the start of the table's key range at the DDL's commit.
     """
 
     table: str
     new_name: str | None
     split_id: int
-    created: bool = False
+    kind: str = "DROP_TABLE"
+    detail: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

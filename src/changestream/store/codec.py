@@ -133,9 +133,10 @@ class RowCodec:
         return tuple([row[i] for i in self.key_positions])
 
     def full_row(self, row: tuple[Any, ...]) -> dict[str, Any]:
-        """The whole row after writing ``row`` to a new key (absent columns are NULL)."""
+        """The whole row after writing ``row`` to a new key (absent columns hold their
+        DEFAULT, or NULL)."""
         if self.covers_all_columns:
             return dict(zip(self.columns, row, strict=True))
-        full = dict.fromkeys((c.name for c in self.table.columns), None)
+        full = {c.name: c.default for c in self.table.columns}
         full.update(zip(self.columns, row, strict=True))
         return full

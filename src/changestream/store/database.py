@@ -19,9 +19,6 @@ from changestream.ddl import parse_ddl
 from changestream.ddl.schema import (
     ChangeStream,
     CreateChangeStream,
-    CreateTable,
-    DropTable,
-    RenameTable,
     Statement,
     StreamOptions,
     Table,
@@ -39,6 +36,7 @@ from changestream.store.load import forget_before
 from changestream.store.policy import Action, SplitPolicy, load_policy, save_policy
 from changestream.store.rebalancer import Rebalancer
 from changestream.store.rows import check_columns, key_condition, restore_nans, storage_key
+from changestream.store.schema_changes import schema_change
 from changestream.store.splits import Split, SplitMap
 from changestream.store.sqlite_layout import SYSTEM_TABLE_NAMES, SYSTEM_TABLES
 from changestream.types import ColumnType
@@ -399,30 +397,24 @@ class Store:
             catalog = Catalog.load(conn)
             ctx = WriteContext(conn, meta, catalog, self._split_map, self.now)
             ts = ctx.allocate_commit_ts()
+
+            def split_of(table: str) -> int:
+                return ctx.splits.find(table_prefix(table)).split_id
+
+            changes: list[SchemaChange] = []
             for statement in parsed:
+                change = schema_change(catalog, statement, split_of)
                 catalog.apply(conn, statement, ts)
+                if change is not None:
+                    changes.append(change)
             ctx.catalog_changed = True
-            self._capture_schema_changes(ctx, parsed)
+            self._capture_schema_changes(ctx, tuple(changes))
             self._save_meta(ctx)
         return ts
 
-    def _capture_schema_changes(self, ctx: WriteContext, parsed: list[Statement]) -> None:
-        """Hand created, dropped and renamed tables to capture, in the DDL's own SQLite
-        transaction, so the engine's streams (watch()) record them exactly once and in commit
-        order."""
-        changes = tuple(
-            SchemaChange(
-                name,
-                statement.new_name if isinstance(statement, RenameTable) else None,
-                ctx.splits.find(table_prefix(name)).split_id,
-                created=isinstance(statement, CreateTable),
-            )
-            for statement in parsed
-            if isinstance(statement, CreateTable | DropTable | RenameTable)
-            for name in [
-                statement.table.name if isinstance(statement, CreateTable) else statement.name
-            ]
-        )
+    def _capture_schema_changes(self, ctx: WriteContext, changes: tuple[SchemaChange, ...]) -> None:
+        """Hand what DDL did to tables to capture, in the DDL's own SQLite transaction, so the
+        engine's streams (watch()) record it exactly once and in commit order."""
         if not changes:
             return
         ctx.meta.txn_seq += 1

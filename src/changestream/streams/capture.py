@@ -58,6 +58,8 @@ class _Plan:
     tracked_plain: bool
     column_types: dict[str, dict[str, Any]]
     ordinals: dict[str, int]
+    #: What a new row holds in each tracked column a write leaves out (its DEFAULT or NULL).
+    defaults: dict[str, Any]
     batch_builders: dict[tuple[str, ...], BatchBuilder] = field(default_factory=dict)
 
 
@@ -82,6 +84,7 @@ def _plan(entry: StreamEntry, table: Table) -> _Plan | None:
         tracked_plain=all(json_encoder(table.column(n).type) is identity for n in tracked),  # type: ignore[union-attr]
         column_types=_column_types(table),
         ordinals={c.name: c.ordinal for c in table.columns},
+        defaults={c.name: c.default for c in table.columns if c.name in tracked},
     )
 
 
@@ -199,9 +202,9 @@ def _schema_records(context: CommitContext) -> list[LogRow]:
                         last_in_split[change.split_id] == sequence
                     ),
                     "table_name": change.table,
-                    "column_types": _created_columns(context, change),
+                    "column_types": _schema_columns(context, change),
                     "mods": [_schema_mod(change)],
-                    "mod_type": _schema_mod_type(change),
+                    "mod_type": change.kind,
                     "value_capture_type": stream.value_capture_type,
                     "number_of_records_in_transaction": len(mine),
                     "number_of_partitions_in_transaction": len(last_in_split),
@@ -214,22 +217,26 @@ def _schema_records(context: CommitContext) -> list[LogRow]:
     return rows
 
 
-def _schema_mod_type(change: SchemaChange) -> str:
-    if change.created:
-        return "CREATE_TABLE"
-    return "DROP_TABLE" if change.new_name is None else "RENAME_TABLE"
-
-
 def _schema_mod(change: SchemaChange) -> dict[str, Any]:
-    if change.created:
-        return {"keys": {}, "new_values": {"table_name": change.table}, "old_values": {}}
-    new = {} if change.new_name is None else {"table_name": change.new_name}
-    return {"keys": {}, "new_values": new, "old_values": {"table_name": change.table}}
+    """The one mod of a schema record: the table's name (new and old as the change has them),
+    with the change's detail on the side it adds or removes."""
+    name = {"table_name": change.table}
+    new: dict[str, Any] = {}
+    old: dict[str, Any] = {}
+    if change.kind in ("CREATE_TABLE", "ALTER_TABLE", "CREATE_INDEX"):
+        new = {**name, **change.detail}
+        old = name if change.kind == "ALTER_TABLE" else {}
+    elif change.kind == "RENAME_TABLE":
+        new, old = {"table_name": change.new_name}, name
+    else:
+        old = {**name, **change.detail}
+    return {"keys": {}, "new_values": new, "old_values": old}
 
 
-def _created_columns(context: CommitContext, change: SchemaChange) -> list[dict[str, Any]]:
-    """The columns of a created table, as data change records list them (else none)."""
-    table = context.catalog.tables.get(change.table) if change.created else None
+def _schema_columns(context: CommitContext, change: SchemaChange) -> list[dict[str, Any]]:
+    """The columns of a created or altered table as it now is (else none)."""
+    shaped = change.kind in ("CREATE_TABLE", "ALTER_TABLE")
+    table = context.catalog.tables.get(change.table) if shaped else None
     return [] if table is None else list(_column_types(table).values())
 
 
@@ -259,7 +266,7 @@ def _batch_builder(plan: _Plan, columns: tuple[str, ...]) -> BatchBuilder:
         def build(rows: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
             mods = []
             for row in rows:
-                full = dict.fromkeys(plan.tracked)
+                full = dict(plan.defaults)
                 full.update(zip(columns, row, strict=True))
                 key = tuple(row[position[name]] for name in plan.key_names)
                 new = _values(plan, full, plan.tracked)
@@ -269,7 +276,10 @@ def _batch_builder(plan: _Plan, columns: tuple[str, ...]) -> BatchBuilder:
         return build
 
     def item(name: str) -> str:
-        return f"{name!r}: r[{position[name]}]" if name in position else f"{name!r}: None"
+        # Plain columns' defaults (None, bool, int, str) are their own JSON encoding.
+        if name in position:
+            return f"{name!r}: r[{position[name]}]"
+        return f"{name!r}: {plan.defaults.get(name)!r}"
 
     keys = ", ".join(item(name) for name in plan.key_names)
     values = ", ".join(item(name) for name in plan.tracked)

@@ -15,7 +15,9 @@ instead, everywhere: left out of documents and listed in ``removedFields``.
 
 ``txnNumber`` (the server transaction id) and ``lsid`` (``{"id": <session>}``, the committing
 database handle's session) appear, as in MongoDB, only on events of transactions that changed
-more than one row. ``create`` events (a table created) come only with ``show_expanded_events``.
+more than one row. With ``show_expanded_events`` come, as in MongoDB, ``create`` (a table
+created), ``modify`` (a column added, dropped or altered), ``createIndexes`` and
+``dropIndexes`` events.
 """
 
 from __future__ import annotations
@@ -43,13 +45,16 @@ _OPERATIONS = {
     "CREATE_TABLE": "create",
     "DROP_TABLE": "drop",
     "RENAME_TABLE": "rename",
+    "ALTER_TABLE": "modify",
+    "CREATE_INDEX": "createIndexes",
+    "DROP_INDEX": "dropIndexes",
 }
 #: The mod types of records that end a table's history (a table watch is invalidated).
 INVALIDATING = frozenset({"DROP_TABLE", "RENAME_TABLE"})
-#: The mod types of records about a table rather than its rows.
-TABLE_EVENTS = INVALIDATING | {"CREATE_TABLE"}
 #: Shown only with ``show_expanded_events``, as in MongoDB.
-_EXPANDED = frozenset({"CREATE_TABLE"})
+_EXPANDED = frozenset({"CREATE_TABLE", "ALTER_TABLE", "CREATE_INDEX", "DROP_INDEX"})
+#: The mod types of records about a table rather than its rows.
+TABLE_EVENTS = INVALIDATING | _EXPANDED
 
 
 class EventBuilder:
@@ -88,6 +93,12 @@ class EventBuilder:
             elif operation == "create":
                 event["nsType"] = "collection"
                 event["operationDescription"] = _table_description(record)
+            elif operation == "modify":
+                change = {k: mod.new_values[k] for k in ("action", "column")}
+                event["operationDescription"] = {**_table_description(record), **change}
+            elif operation in ("createIndexes", "dropIndexes"):
+                index = (mod.new_values or mod.old_values)["index"]
+                event["operationDescription"] = {"indexes": [_index_description(index)]}
             elif record.mod_type not in TABLE_EVENTS:
                 self._describe_row(record, mod, operation, event)
                 if in_transaction:
@@ -212,3 +223,14 @@ def _delta(
                 updated[f"{path}.{index}"] = value
     elif type(old) is not type(new) or old != new:
         updated[path] = new
+
+
+def _index_description(index: Mapping[str, Any]) -> Document:
+    """An index as MongoDB describes one: ``key`` maps each column to 1 or -1 (descending)."""
+    return {
+        "name": index["name"],
+        "key": {name: -1 if descending else 1 for name, descending in index["columns"]},
+        "unique": index["unique"],
+        "nullFiltered": index["null_filtered"],
+        "storing": index["storing"],
+    }
