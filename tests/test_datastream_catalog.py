@@ -401,6 +401,16 @@ def test_discover(source: tuple[changestream.Database, str]) -> None:
             },
         ],
         "primary_keys": ["Region", "Name"],
+        # The change streams tracking it, with their options (the engine's own left out).
+        "change_streams": [
+            {
+                "name": "Everything",
+                "retention_seconds": 86400,
+                "value_capture_type": "NEW_ROW_AND_OLD_VALUES",
+            },
+            {"name": "Partial", "retention_seconds": 86400, "value_capture_type": "NEW_ROW"},
+            {"name": "WholeRows", "retention_seconds": 86400, "value_capture_type": "NEW_ROW"},
+        ],
     }
     # No system table shows up, whatever the engine keeps for itself.
     assert not any(o.table.startswith("_cs_") for o in found)

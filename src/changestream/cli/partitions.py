@@ -76,15 +76,16 @@ def partitions(path: str, stream: str, at: str | None, as_json: bool) -> None:
     """
     with open_database(path) as db:
         found = db.partition_history(stream) if at is None else db.partitions(stream, at=at)
+        options = next(s.options_text() for s in db.change_streams() if s.name == stream)
     if as_json:
         for partition in found:
             click.echo(json_line(partition.to_dict()))
         return
     console = Console()
     if at is None:
-        console.print(lineage_tree(f"change stream {stream}", found))
+        console.print(lineage_tree(f"change stream {stream} ({options})", found))
         return
-    live = Tree(Text(f"partitions of {stream} live at {at}"))
+    live = Tree(Text(f"partitions of {stream} ({options}) live at {at}"))
     for partition in found:
         live.add(Text(describe(partition)))
     console.print(live)

@@ -13,6 +13,7 @@ from rich.table import Table
 from changestream.cli.common import json_line, open_database
 from changestream.clock import format_ts
 from changestream.datastream import StreamCatalog, StreamDefinition, discover
+from changestream.ddl.schema import options_text
 from changestream.streams.interface import Database
 
 _DB_HELP = "The source database (a file PATH or an http(s):// URL); it holds the streams too."
@@ -319,4 +320,7 @@ def discover_command(path_or_url: str, as_json: bool) -> None:
                 "yes" if column.nullable else "no",
                 key,
             )
+        tracked = [f"{s['name']} ({options_text(s)})" for s in obj.change_streams]
+        table.caption = f"change streams: {'; '.join(tracked) or 'none'}"
+        table.caption_justify = "left"
         _print(table)

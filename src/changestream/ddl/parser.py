@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from changestream.ddl.schema import (
+    BOOLEAN_STREAM_OPTIONS,
     DEFAULT_RETENTION_SECONDS,
     DEFAULT_VALUE_CAPTURE_TYPE,
     MAX_RETENTION_SECONDS,
@@ -56,7 +57,7 @@ _MAX_COLUMNS = 1024
 _MAX_LENGTH = {"STRING": 2_621_440, "BYTES": 10_485_760}
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _COLUMN_OPTIONS = ("allow_commit_timestamp",)
-_STREAM_OPTIONS = ("retention_period", "value_capture_type")
+_STREAM_OPTIONS = ("retention_period", "value_capture_type", *BOOLEAN_STREAM_OPTIONS)
 _DURATION_UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
 _DURATION = re.compile(r"([0-9]+)([smhd])")
 
@@ -602,19 +603,22 @@ class _Parser:
     def _stream_options(self) -> StreamOptions:
         retention: int | None = None
         capture: str | None = None
+        flags: list[tuple[str, bool]] = []
         for option, value in self._options():
             name = option.value.lower()
             if name == "retention_period":
                 retention = self._retention(value)
             elif name == "value_capture_type":
                 capture = self._value_capture_type(value)
+            elif name in BOOLEAN_STREAM_OPTIONS:
+                flags.append((name, self._bool_option(option, value)))
             else:
                 raise self._error(
                     f"unknown change stream option {option.value!r}; allowed: "
                     + ", ".join(_STREAM_OPTIONS),
                     option,
                 )
-        return StreamOptions(retention, capture)
+        return StreamOptions(retention, capture, tuple(flags))
 
     def _retention(self, value: _Token) -> int:
         if _is_null(value):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,6 +16,13 @@ DEFAULT_VALUE_CAPTURE_TYPE = "OLD_AND_NEW_VALUES"
 DEFAULT_RETENTION_SECONDS = 24 * 3600
 MIN_RETENTION_SECONDS = 3600
 MAX_RETENTION_SECONDS = 30 * 24 * 3600
+#: The change stream options that are booleans (Spanner's names), all false by default.
+BOOLEAN_STREAM_OPTIONS = (
+    "exclude_insert",
+    "exclude_update",
+    "exclude_delete",
+    "allow_txn_exclusion",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +164,37 @@ class ChangeStream:
     targets: tuple[StreamTarget, ...] = ()
     retention_seconds: int = DEFAULT_RETENTION_SECONDS
     value_capture_type: str = DEFAULT_VALUE_CAPTURE_TYPE
+    #: Spanner's ``exclude_insert`` / ``exclude_update`` / ``exclude_delete``: that mod type
+    #: is not recorded.
+    exclude_insert: bool = False
+    exclude_update: bool = False
+    exclude_delete: bool = False
+    #: Spanner's ``allow_txn_exclusion``: transactions opened with
+    #: ``exclude_txn_from_change_streams=True`` are not recorded.
+    allow_txn_exclusion: bool = False
+
+    @property
+    def excluded_mod_types(self) -> frozenset[str]:
+        """The mod types this stream leaves out."""
+        flags = {
+            "INSERT": self.exclude_insert,
+            "UPDATE": self.exclude_update,
+            "DELETE": self.exclude_delete,
+        }
+        return frozenset(mod_type for mod_type, excluded in flags.items() if excluded)
+
+    def options(self) -> dict[str, Any]:
+        """The stream's options as ``OPTIONS (...)`` names them (booleans only when set)."""
+        out: dict[str, Any] = {
+            "retention_seconds": self.retention_seconds,
+            "value_capture_type": self.value_capture_type,
+        }
+        out.update({name: True for name in BOOLEAN_STREAM_OPTIONS if getattr(self, name)})
+        return out
+
+    def options_text(self) -> str:
+        """The options for people: ``NEW_ROW, retention 24h, exclude_insert``."""
+        return options_text(self.options())
 
     def target_for(self, table: str) -> StreamTarget | None:
         """What this stream tracks of ``table``, or None when it does not track it."""
@@ -176,6 +215,7 @@ class ChangeStream:
             ],
             "retention_seconds": self.retention_seconds,
             "value_capture_type": self.value_capture_type,
+            **{name: True for name in BOOLEAN_STREAM_OPTIONS if getattr(self, name)},
         }
 
     @staticmethod
@@ -189,6 +229,7 @@ class ChangeStream:
             ),
             retention_seconds=data["retention_seconds"],
             value_capture_type=data["value_capture_type"],
+            **{name: bool(data.get(name, False)) for name in BOOLEAN_STREAM_OPTIONS},
         )
 
 
@@ -198,6 +239,8 @@ class StreamOptions:
 
     retention_seconds: int | None = None
     value_capture_type: str | None = None
+    #: The boolean options given, by name (NULL resets one to false).
+    flags: tuple[tuple[str, bool], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -296,3 +339,12 @@ Statement = (
     | AlterChangeStream
     | DropChangeStream
 )
+
+
+def options_text(options: Mapping[str, Any]) -> str:
+    """:meth:`ChangeStream.options` for people: ``NEW_ROW, retention 24h, exclude_insert``."""
+    retention = int(options["retention_seconds"])
+    hours, seconds = divmod(retention, 3600)
+    flags = [name for name in BOOLEAN_STREAM_OPTIONS if options.get(name)]
+    text = f"retention {hours}h" if not seconds else f"retention {retention}s"
+    return ", ".join([str(options["value_capture_type"]), text, *flags])

@@ -266,9 +266,12 @@ class RemoteDatabase:
         reply = self._invoke("ddl", models.DdlRequest(statements=texts), idempotent=False)
         return int(reply.commit_timestamp)
 
-    def transaction(self, tag: str | None = None) -> RemoteTransaction:
-        """A transaction whose mutations are sent with its commit (see the module docs)."""
-        return RemoteTransaction(self, tag)
+    def transaction(
+        self, tag: str | None = None, exclude_txn_from_change_streams: bool = False
+    ) -> RemoteTransaction:
+        """A transaction whose mutations are sent with its commit (see the module docs);
+        ``exclude_txn_from_change_streams`` as for the embedded database."""
+        return RemoteTransaction(self, tag, exclude_txn_from_change_streams)
 
     def read(
         self,
@@ -530,11 +533,22 @@ class RemoteDatabase:
 class RemoteTransaction(MutationMethods):
     """A transaction on a remote database (see the module docs for when things happen)."""
 
-    def __init__(self, db: RemoteDatabase, tag: str | None = None) -> None:
+    def __init__(
+        self,
+        db: RemoteDatabase,
+        tag: str | None = None,
+        exclude_txn_from_change_streams: bool = False,
+    ) -> None:
         if tag is not None and not isinstance(tag, str):
             raise InvalidArgument(f"tag must be a string, got {tag!r}")
+        if not isinstance(exclude_txn_from_change_streams, bool):
+            raise InvalidArgument(
+                "exclude_txn_from_change_streams must be True or False, got "
+                f"{exclude_txn_from_change_streams!r}"
+            )
         self._db = db
         self.tag = tag or ""
+        self.exclude_txn_from_change_streams = exclude_txn_from_change_streams
         self._mutations: list[models.Mutation] = []
         self._session: str | None = None
         self._done = False
@@ -584,6 +598,7 @@ class RemoteTransaction(MutationMethods):
             dml=dml,
             params=encode(params),
             client_session=self._db.session_id,
+            exclude_txn_from_change_streams=self.exclude_txn_from_change_streams,
         )
         reply = self._db._invoke("execute_update", body, idempotent=False)
         self._session = reply.session
@@ -598,6 +613,7 @@ class RemoteTransaction(MutationMethods):
             session=self._session,
             mutations=self._mutations,
             client_session=self._db.session_id,
+            exclude_txn_from_change_streams=self.exclude_txn_from_change_streams,
         )
         reply = self._db._invoke("commit", body, idempotent=False)
         self.commit_timestamp = to_datetime(reply.commit_timestamp)

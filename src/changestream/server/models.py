@@ -50,6 +50,7 @@ class CommitRequest(Request):
     session: str | None = None
     #: The client handle's session (a UUID), recorded with the commit (watch()'s ``lsid``).
     client_session: str | None = None
+    exclude_txn_from_change_streams: bool = False
 
 
 class ExecuteUpdateRequest(Request):
@@ -60,6 +61,7 @@ class ExecuteUpdateRequest(Request):
     session: str | None = None
     tag: str | None = None
     client_session: str | None = None
+    exclude_txn_from_change_streams: bool = False
 
 
 class RollbackRequest(Request):

@@ -147,7 +147,10 @@ async def commit(
         stamp, rows = await _on_db(
             request,
             state,
-            lambda db: _commit(db.transaction(tag, body.client_session), mutations),
+            lambda db: _commit(
+                db.transaction(tag, body.client_session, body.exclude_txn_from_change_streams),
+                mutations,
+            ),
         )
     else:
         session = state.sessions.get(key, principal.name, database)
@@ -164,7 +167,14 @@ async def execute_update(
     database = _path(request, "database")
     if key is None:
         db = await _on_db(request, state, lambda db: db)
-        session = state.sessions.begin(db, body.tag, principal.name, database, body.client_session)
+        session = state.sessions.begin(
+            db,
+            body.tag,
+            principal.name,
+            database,
+            body.client_session,
+            body.exclude_txn_from_change_streams,
+        )
         try:
             count = await session.call(lambda tx: tx.execute_update(dml, params))
         except BaseException:

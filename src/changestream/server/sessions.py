@@ -46,7 +46,13 @@ class Session:
         self._lock = threading.Lock()
         self._closed = False
 
-    def run(self, db: EmbeddedDatabase, tag: Any, client_session: str | None = None) -> None:
+    def run(
+        self,
+        db: EmbeddedDatabase,
+        tag: Any,
+        client_session: str | None = None,
+        excluded: bool = False,
+    ) -> None:
         """The worker thread's loop: each job is a step of the transaction."""
         tx: Transaction | None = None
         try:
@@ -64,7 +70,7 @@ class Session:
                 step, final, loop, future = job
                 try:
                     if tx is None:
-                        tx = db.transaction(tag, client_session)
+                        tx = db.transaction(tag, client_session, excluded)
                     outcome: tuple[bool, Any] = (True, step(tx))
                 except BaseException as exc:
                     outcome = (False, exc)
@@ -123,6 +129,7 @@ class Sessions:
         owner: str,
         database: str,
         client_session: str | None = None,
+        excluded: bool = False,
     ) -> Session:
         """Open a transaction on ``db`` for ``owner`` (a token hash); its steps come later."""
         with self._lock:
@@ -134,7 +141,7 @@ class Sessions:
             key = secrets.token_urlsafe(18)
             session = Session(self, key, owner, database, self._idle_timeout)
             self._open[key] = session
-        self._threads.submit(lambda: session.run(db, tag, client_session))
+        self._threads.submit(lambda: session.run(db, tag, client_session, excluded))
         return session
 
     def get(self, key: str, owner: str, database: str) -> Session:

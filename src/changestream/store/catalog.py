@@ -278,4 +278,11 @@ def _with_options(stream: ChangeStream, options: StreamOptions) -> ChangeStream:
         stream = replace(stream, retention_seconds=options.retention_seconds)
     if options.value_capture_type is not None:
         stream = replace(stream, value_capture_type=options.value_capture_type)
-    return stream
+    flags = dict(options.flags)
+    return replace(
+        stream,
+        exclude_insert=flags.get("exclude_insert", stream.exclude_insert),
+        exclude_update=flags.get("exclude_update", stream.exclude_update),
+        exclude_delete=flags.get("exclude_delete", stream.exclude_delete),
+        allow_txn_exclusion=flags.get("allow_txn_exclusion", stream.allow_txn_exclusion),
+    )

@@ -69,6 +69,8 @@ class CommitContext:
     schema_changes: tuple[SchemaChange, ...] = ()
     #: The committing database handle's session (see ``Store.session_id``).
     session_id: str = ""
+    #: Opened with ``exclude_txn_from_change_streams``: streams that allow it skip it.
+    excluded_from_streams: bool = False
 
 
 #: (stream_id, split_id, commit_ts, record_sequence, payload) — one row of ``_cs_log``.

@@ -442,9 +442,22 @@ class Transaction(MutationMethods):
     and rolls back when the block raises. Mutations are buffered and applied at commit; DML
     (``execute_update``) runs at once, and later reads in the transaction see it."""
 
-    def __init__(self, store: Store, tag: str | None = None, session_id: str | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        tag: str | None = None,
+        session_id: str | None = None,
+        exclude_txn_from_change_streams: bool = False,
+    ) -> None:
         if tag is not None and not isinstance(tag, str):
             raise InvalidArgument(f"tag must be a string, got {shown(tag)}")
+        if not isinstance(exclude_txn_from_change_streams, bool):
+            raise InvalidArgument(
+                "exclude_txn_from_change_streams must be True or False, got "
+                f"{shown(exclude_txn_from_change_streams)}"
+            )
+        #: Change streams with ``allow_txn_exclusion`` do not record this transaction.
+        self.exclude_txn_from_change_streams = exclude_txn_from_change_streams
         if session_id is not None:
             _check_session(session_id)
         self._store = store
@@ -592,6 +605,7 @@ class Transaction(MutationMethods):
             changes=changes,
             catalog=ctx.catalog,
             session_id=self.session_id,
+            excluded_from_streams=self.exclude_txn_from_change_streams,
         )
         self._store.capture(ctx, context)
         if load:

@@ -60,6 +60,9 @@ class _Plan:
     ordinals: dict[str, int]
     #: What a new row holds in each tracked column a write leaves out (its DEFAULT or NULL).
     defaults: dict[str, Any]
+    #: The mod types the stream leaves out (``exclude_insert`` and the like).
+    excluded: frozenset[str]
+    allow_txn_exclusion: bool
     batch_builders: dict[tuple[str, ...], BatchBuilder] = field(default_factory=dict)
 
 
@@ -85,6 +88,8 @@ def _plan(entry: StreamEntry, table: Table) -> _Plan | None:
         column_types=_column_types(table),
         ordinals={c.name: c.ordinal for c in table.columns},
         defaults={c.name: c.default for c in table.columns if c.name in tracked},
+        excluded=stream.excluded_mod_types,
+        allow_txn_exclusion=stream.allow_txn_exclusion,
     )
 
 
@@ -147,12 +152,16 @@ class ChangeCapture:
             name = table.name
             plans = plans_by_table.get(name)
             if plans is None:
-                plans = plans_by_table[name] = self._plans_of(context.catalog, table)
+                plans = self._plans_of(context.catalog, table)
+                if context.excluded_from_streams:
+                    plans = [p for p in plans if not p.allow_txn_exclusion]
+                plans_by_table[name] = plans
                 for plan in plans:
                     plan_of[(plan.stream_id, name)] = plan
             if isinstance(change, InsertBatch):
                 for plan in plans:
-                    _capture_batch(plan, change, groups)
+                    if "INSERT" not in plan.excluded:
+                        _capture_batch(plan, change, groups)
                 continue
             before, after = change.before, change.after
             keys: dict[str, Any] | None = None
@@ -165,6 +174,8 @@ class ChangeCapture:
                     if found is None:
                         continue
                     mod = found
+                if mod[0] in plan.excluded:
+                    continue
                 if keys is None:
                     keys = _keys(plan, change.key)
                 group_key = (plan.stream_id, name, mod[0], change.split_id)

@@ -110,11 +110,18 @@ class EmbeddedDatabase(Store):
         ``":memory:"``)."""
         return os.path.splitext(os.path.basename(self.path))[0]
 
-    def transaction(self, tag: str | None = None, session_id: str | None = None) -> Transaction:
+    def transaction(
+        self,
+        tag: str | None = None,
+        session_id: str | None = None,
+        exclude_txn_from_change_streams: bool = False,
+    ) -> Transaction:
         """A read-write transaction: ``with db.transaction(tag="app=x") as tx: tx.insert(...)``.
         ``session_id`` (a UUID) records it under a client's own session instead of this
-        handle's (:attr:`session_id`), as watch() shows in ``lsid``."""
-        return Transaction(self, tag, session_id)
+        handle's (:attr:`session_id`), as watch() shows in ``lsid``.
+        ``exclude_txn_from_change_streams``: change streams with ``allow_txn_exclusion`` do not
+        record it (how a replication loop is broken)."""
+        return Transaction(self, tag, session_id, exclude_txn_from_change_streams)
 
     def ensure_watch_stream(self) -> WatchSource:
         """The internal change stream watch() reads, created on first use: FOR ALL, with full
