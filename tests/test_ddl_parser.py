@@ -357,9 +357,10 @@ ERRORS = [
     ("CREATE CHANGE STREAM S FOR A(x, X)", "column 'X' of table 'A' is listed twice", "X"),
     ("CREATE CHANGE STREAM S FOR A(x", "expected ',' or ')', found end of input", ""),
     (
-        "CREATE CHANGE STREAM S OPTIONS (exclude_ttl_deletes = true)",
-        "unknown change stream option 'exclude_ttl_deletes'; "
-        "allowed: retention_period, value_capture_type",
+        "CREATE CHANGE STREAM S OPTIONS (exclude_everything = true)",
+        "unknown change stream option 'exclude_everything'; "
+        "allowed: retention_period, value_capture_type, exclude_insert, exclude_update, "
+        "exclude_delete, allow_txn_exclusion, exclude_ttl_deletes",
         "exclude",
     ),
     (

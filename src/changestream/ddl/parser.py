@@ -33,6 +33,8 @@ from changestream.ddl.schema import (
     DropTable,
     Index,
     RenameTable,
+    RowDeletionPolicy,
+    SetRowDeletionPolicy,
     Statement,
     StreamOptions,
     StreamTarget,
@@ -194,6 +196,11 @@ class _Parser:
     def _at_keyword(self, keyword: str) -> bool:
         return self._token.kind == "word" and self._token.value.upper() == keyword
 
+    def _peek_keyword(self, keyword: str) -> bool:
+        """Whether the token after this one is ``keyword``."""
+        following = self._tokens[min(self._index + 1, len(self._tokens) - 1)]
+        return following.kind == "word" and following.value.upper() == keyword
+
     def _at_end(self) -> bool:
         return self._token.kind == "end"
 
@@ -323,7 +330,32 @@ class _Parser:
         self._expect_keyword("PRIMARY", f"PRIMARY KEY after the columns of table {table!r}")
         self._expect_keyword("KEY")
         key = self._primary_key(table, columns)
-        return CreateTable(Table(table, tuple(columns.values()), key))
+        policy = None
+        if self._accept_punct(","):
+            self._expect_keyword("ROW", "ROW DELETION POLICY after the primary key")
+            policy = self._row_deletion_policy()
+        return CreateTable(Table(table, tuple(columns.values()), key, row_deletion_policy=policy))
+
+    def _row_deletion_policy(self) -> RowDeletionPolicy:
+        """``DELETION POLICY (OLDER_THAN(column, INTERVAL n DAY))``, after ROW."""
+        self._expect_keyword("DELETION")
+        self._expect_keyword("POLICY")
+        self._expect_punct("(")
+        self._expect_keyword("OLDER_THAN", "OLDER_THAN, the only row deletion policy")
+        self._expect_punct("(")
+        column = self._name("timestamp column name").value
+        self._expect_punct(",")
+        self._expect_keyword("INTERVAL")
+        token = self._token
+        if token.kind != "integer":
+            raise self._unexpected("a number of days")
+        days = int(self._advance().value)
+        if not 0 <= days <= 365_000:
+            raise self._error(f"INTERVAL must be 0 to 365000 days, got {days}", token)
+        self._expect_keyword("DAY", "DAY (intervals are in days)")
+        self._expect_punct(")")
+        self._expect_punct(")")
+        return RowDeletionPolicy(column, days)
 
     def _column(self, name: str, ordinal: int, allow_default: bool = False) -> Column:
         column_type = self._column_type()
@@ -458,8 +490,19 @@ class _Parser:
         self._expect_punct(")", "',' or ')'")
         return tuple(key)
 
-    def _alter_table(self) -> RenameTable | AddColumn | DropColumn | AlterColumn:
+    def _alter_table(
+        self,
+    ) -> RenameTable | AddColumn | DropColumn | AlterColumn | SetRowDeletionPolicy:
         name = self._name("table name").value
+        for action in ("ADD", "REPLACE", "DROP"):
+            if self._at_keyword(action) and self._peek_keyword("ROW"):
+                self._advance()
+                self._advance()
+                policy = None if action == "DROP" else self._row_deletion_policy()
+                if action == "DROP":
+                    self._expect_keyword("DELETION")
+                    self._expect_keyword("POLICY")
+                return SetRowDeletionPolicy(name, action, policy)
         if self._accept_keyword("ADD"):
             self._expect_keyword("COLUMN", f"COLUMN after ALTER TABLE {name} ADD")
             if_not_exists = False

@@ -22,6 +22,7 @@ BOOLEAN_STREAM_OPTIONS = (
     "exclude_update",
     "exclude_delete",
     "allow_txn_exclusion",
+    "exclude_ttl_deletes",
 )
 
 
@@ -60,6 +61,18 @@ class Column:
             allow_commit_timestamp=data["allow_commit_timestamp"],
             default=data.get("default"),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class RowDeletionPolicy:
+    """``OLDER_THAN(column, INTERVAL days DAY)``: rows whose TIMESTAMP ``column`` is more than
+    ``days`` days old are deleted in the background (NULL never expires)."""
+
+    column: str
+    days: int
+
+    def to_catalog(self) -> dict[str, Any]:
+        return {"column": self.column, "days": self.days}
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +122,7 @@ class Table:
     columns: tuple[Column, ...]
     primary_key: tuple[str, ...]
     indexes: tuple[Index, ...] = ()
+    row_deletion_policy: RowDeletionPolicy | None = None
     _by_name: dict[str, Column] = field(init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -128,13 +142,15 @@ class Table:
         return tuple(c for c in self.columns if c.name not in keys)
 
     def to_catalog(self) -> dict[str, Any]:
-        out = {
+        out: dict[str, Any] = {
             "name": self.name,
             "columns": [c.to_catalog() for c in self.columns],
             "primary_key": list(self.primary_key),
         }
         if self.indexes:
             out["indexes"] = [i.to_catalog() for i in self.indexes]
+        if self.row_deletion_policy is not None:
+            out["row_deletion_policy"] = self.row_deletion_policy.to_catalog()
         return out
 
     @staticmethod
@@ -144,6 +160,11 @@ class Table:
             columns=tuple(Column.from_catalog(c) for c in data["columns"]),
             primary_key=tuple(data["primary_key"]),
             indexes=tuple(Index.from_catalog(i) for i in data.get("indexes", ())),
+            row_deletion_policy=(
+                RowDeletionPolicy(**data["row_deletion_policy"])
+                if data.get("row_deletion_policy")
+                else None
+            ),
         )
 
 
@@ -172,6 +193,8 @@ class ChangeStream:
     #: Spanner's ``allow_txn_exclusion``: transactions opened with
     #: ``exclude_txn_from_change_streams=True`` are not recorded.
     allow_txn_exclusion: bool = False
+    #: Spanner's ``exclude_ttl_deletes``: deletes of the row deletion policy are not recorded.
+    exclude_ttl_deletes: bool = False
 
     @property
     def excluded_mod_types(self) -> frozenset[str]:
@@ -299,8 +322,13 @@ class DropIndex:
     if_exists: bool = False
 
 
-#: The statements that change one existing table's columns.
-ColumnChange = AddColumn | DropColumn | AlterColumn
+@dataclass(frozen=True, slots=True)
+class SetRowDeletionPolicy:
+    """``ALTER TABLE table ADD | REPLACE | DROP ROW DELETION POLICY``: ``policy`` None drops."""
+
+    table: str
+    action: str
+    policy: RowDeletionPolicy | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -335,6 +363,7 @@ Statement = (
     | AlterColumn
     | CreateIndex
     | DropIndex
+    | SetRowDeletionPolicy
     | CreateChangeStream
     | AlterChangeStream
     | DropChangeStream

@@ -21,6 +21,7 @@ from changestream.ddl.schema import (
     Column,
     DropColumn,
     Index,
+    RowDeletionPolicy,
     Table,
 )
 from changestream.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
@@ -75,6 +76,7 @@ def drop_column(
         raise FailedPrecondition(
             f"cannot drop column {column.name!r}: it is part of the primary key of {table.name!r}"
         )
+    _check_policy_column(table, column.name, "drop")
     using = [i.name for i in table.indexes if column.name in i.names()]
     if using:
         raise FailedPrecondition(
@@ -115,6 +117,8 @@ def alter_column(conn: sqlite3.Connection, table: Table, statement: AlterColumn)
         raise FailedPrecondition(
             f"cannot alter column {old.name!r}: it is part of the primary key of {table.name!r}"
         )
+    if old.not_null != new.not_null or old.type != new.type:
+        _check_policy_column(table, old.name, "alter")
     if (old.type.code, old.type.element) != (new.type.code, new.type.element):
         raise FailedPrecondition(
             f"cannot change column {old.name!r} of {table.name!r} from {old.type} to "
@@ -172,6 +176,25 @@ def create_index(conn: sqlite3.Connection, table: Table, index: Index) -> Table:
 def drop_index(conn: sqlite3.Connection, table: Table, name: str) -> Table:
     conn.execute(f"DROP INDEX {quote(name)}")
     return replace(table, indexes=tuple(i for i in table.indexes if i.name != name))
+
+
+def check_row_deletion_policy(table: Table, policy: RowDeletionPolicy) -> None:
+    """The policy's column must be a TIMESTAMP column of the table."""
+    column = _column(table, policy.column)
+    if column.type.code != "TIMESTAMP":
+        raise FailedPrecondition(
+            f"the row deletion policy of {table.name!r} needs a TIMESTAMP column; "
+            f"{column.name!r} is {column.type}"
+        )
+
+
+def _check_policy_column(table: Table, column: str, action: str) -> None:
+    policy = table.row_deletion_policy
+    if policy is not None and policy.column == column:
+        raise FailedPrecondition(
+            f"cannot {action} column {column!r} of {table.name!r}: its row deletion policy "
+            "uses it; drop or replace the policy first"
+        )
 
 
 def _named(table: Table, name: str) -> Column | None:

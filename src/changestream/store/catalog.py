@@ -20,6 +20,7 @@ from changestream.ddl.schema import (
     DropIndex,
     DropTable,
     RenameTable,
+    SetRowDeletionPolicy,
     Statement,
     StreamOptions,
     StreamTarget,
@@ -96,6 +97,8 @@ class Catalog:
             self._create_index(conn, statement)
         elif isinstance(statement, DropIndex):
             self._drop_index(conn, statement)
+        elif isinstance(statement, SetRowDeletionPolicy):
+            self._set_row_deletion_policy(conn, statement)
         elif isinstance(statement, CreateChangeStream):
             self._create_stream(conn, statement, commit_ts)
         elif isinstance(statement, AlterChangeStream):
@@ -106,6 +109,8 @@ class Catalog:
     def _create_table(self, conn: sqlite3.Connection, table: Table) -> None:
         if table.name in self.tables:
             raise AlreadyExists(f"table {table.name!r} already exists")
+        if table.row_deletion_policy is not None:
+            alter.check_row_deletion_policy(table, table.row_deletion_policy)
         conn.execute(create_table_sql(table))
         conn.execute(
             "INSERT INTO _cs_tables (name, definition) VALUES (?, ?)",
@@ -134,6 +139,19 @@ class Catalog:
             altered = alter.alter_column(conn, table, statement)
         if altered is not None:
             self._save_table(conn, altered)
+
+    def _set_row_deletion_policy(
+        self, conn: sqlite3.Connection, statement: SetRowDeletionPolicy
+    ) -> None:
+        table = self.table(statement.table)
+        current = table.row_deletion_policy
+        if statement.action == "ADD" and current is not None:
+            raise AlreadyExists(f"table {table.name!r} already has a row deletion policy")
+        if statement.action != "ADD" and current is None:
+            raise NotFound(f"table {table.name!r} has no row deletion policy")
+        if statement.policy is not None:
+            alter.check_row_deletion_policy(table, statement.policy)
+        self._save_table(conn, replace(table, row_deletion_policy=statement.policy))
 
     def index_table(self, name: str) -> Table | None:
         """The table holding index ``name`` (names are matched ignoring case), or None."""
@@ -285,4 +303,5 @@ def _with_options(stream: ChangeStream, options: StreamOptions) -> ChangeStream:
         exclude_update=flags.get("exclude_update", stream.exclude_update),
         exclude_delete=flags.get("exclude_delete", stream.exclude_delete),
         allow_txn_exclusion=flags.get("allow_txn_exclusion", stream.allow_txn_exclusion),
+        exclude_ttl_deletes=flags.get("exclude_ttl_deletes", stream.exclude_ttl_deletes),
     )

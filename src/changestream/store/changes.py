@@ -71,6 +71,8 @@ class CommitContext:
     session_id: str = ""
     #: Opened with ``exclude_txn_from_change_streams``: streams that allow it skip it.
     excluded_from_streams: bool = False
+    #: The deletes of a row deletion policy: streams with ``exclude_ttl_deletes`` skip them.
+    row_deletion: bool = False
 
 
 #: (stream_id, split_id, commit_ts, record_sequence, payload) — one row of ``_cs_log``.

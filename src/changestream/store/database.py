@@ -571,3 +571,10 @@ class Store:
     def rebalance(self) -> list[Action]:
         """Apply the split policy now; returns the splits and merges made."""
         return self._rebalancer.run_once()
+
+    def delete_expired_rows(self) -> int:
+        """Apply every table's row deletion policy now; returns the rows deleted. The
+        background loop that runs the split policy also does this, once per check interval."""
+        from changestream.store.row_deletion import delete_expired_rows  # it builds on Store
+
+        return delete_expired_rows(self)

@@ -80,10 +80,16 @@ class Rebalancer:
     def _tick(self) -> float:
         """Lead if no other process does, and run the policy; returns the next wait."""
         store = self._store
+        expiring = any(t.row_deletion_policy for t in store.catalog().tables.values())
         with store.locked() as conn:
             policy = load_policy(conn)
             lease = int(policy.check_interval_seconds * 3_000_000)
-            leading = policy.enabled and take_leadership(conn, self._me, store.now(), lease)
-        if leading:
+            wanted = policy.enabled or expiring
+            leading = wanted and take_leadership(conn, self._me, store.now(), lease)
+        if leading and policy.enabled:
             self.run_once()
+        if leading and expiring:
+            deleted = store.delete_expired_rows()
+            if deleted:
+                log.info("row deletion policies deleted %d rows", deleted)
         return policy.check_interval_seconds

@@ -448,6 +448,8 @@ class Transaction(MutationMethods):
         tag: str | None = None,
         session_id: str | None = None,
         exclude_txn_from_change_streams: bool = False,
+        *,
+        row_deletion: bool = False,
     ) -> None:
         if tag is not None and not isinstance(tag, str):
             raise InvalidArgument(f"tag must be a string, got {shown(tag)}")
@@ -458,6 +460,9 @@ class Transaction(MutationMethods):
             )
         #: Change streams with ``allow_txn_exclusion`` do not record this transaction.
         self.exclude_txn_from_change_streams = exclude_txn_from_change_streams
+        # The row deletion policy's deletes: a system transaction, left out by streams with
+        # ``exclude_ttl_deletes``.
+        self._row_deletion = row_deletion
         if session_id is not None:
             _check_session(session_id)
         self._store = store
@@ -601,11 +606,12 @@ class Transaction(MutationMethods):
             commit_ts=ts,
             server_transaction_id=f"{ctx.meta.txn_seq}",
             transaction_tag=self.tag,
-            is_system_transaction=False,
+            is_system_transaction=self._row_deletion,
             changes=changes,
             catalog=ctx.catalog,
             session_id=self.session_id,
             excluded_from_streams=self.exclude_txn_from_change_streams,
+            row_deletion=self._row_deletion,
         )
         self._store.capture(ctx, context)
         if load:

@@ -63,6 +63,7 @@ class _Plan:
     #: The mod types the stream leaves out (``exclude_insert`` and the like).
     excluded: frozenset[str]
     allow_txn_exclusion: bool
+    exclude_ttl_deletes: bool
     batch_builders: dict[tuple[str, ...], BatchBuilder] = field(default_factory=dict)
 
 
@@ -90,6 +91,7 @@ def _plan(entry: StreamEntry, table: Table) -> _Plan | None:
         defaults={c.name: c.default for c in table.columns if c.name in tracked},
         excluded=stream.excluded_mod_types,
         allow_txn_exclusion=stream.allow_txn_exclusion,
+        exclude_ttl_deletes=stream.exclude_ttl_deletes,
     )
 
 
@@ -155,6 +157,8 @@ class ChangeCapture:
                 plans = self._plans_of(context.catalog, table)
                 if context.excluded_from_streams:
                     plans = [p for p in plans if not p.allow_txn_exclusion]
+                if context.row_deletion:
+                    plans = [p for p in plans if not p.exclude_ttl_deletes]
                 plans_by_table[name] = plans
                 for plan in plans:
                     plan_of[(plan.stream_id, name)] = plan
