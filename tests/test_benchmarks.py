@@ -31,6 +31,7 @@ SMOKE = {
     "server": ["--transactions", "10", "--small", "50", "--latency-commits", "10"],
     "spark_read": ["--mods", "2000", "--partitions", "2", "--repeats", "1", "--skip-streaming"],
     "pipeline": ["--smoke"],
+    "schema_change": ["--smoke"],
 }
 
 
