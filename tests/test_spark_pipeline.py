@@ -405,3 +405,34 @@ def test_a_dropped_change_stream_fails_the_stream_permanently(spark: Any, tmp_pa
     assert "Everything" in error.message and not error.retriable
     with pytest.raises(changestream.FailedPrecondition, match="Failed permanently"):
         _run(spark, path)
+
+
+def test_columns_added_and_dropped_between_runs_reach_events_and_replica(
+    spark: Any, tmp_path: Path
+) -> None:
+    path = str(tmp_path / "source.db")
+    _create_items(path, rows=0)
+    _stream(path, tmp_path, backfill="none")
+    with changestream.open(path) as db:
+        with db.transaction() as tx:
+            tx.insert("Items", ["Id", "Name", "Qty"], [[1, "a", 1], [2, "b", 2]])
+        db.execute_ddl("ALTER TABLE Items ADD COLUMN Note STRING(MAX)")
+        with db.transaction() as tx:
+            tx.update("Items", ["Id", "Note"], [[2, "noted"]])
+            tx.insert("Items", ["Id", "Name", "Qty", "Note"], [[3, "c", 3, "new"]])
+    # One run holds records from before and after the change: they fit the table as it is.
+    assert _run(spark, path).state == "Running"
+    assert _replica_rows(tmp_path / "replica", path, "Items") == _source_rows(path)
+    with changestream.open(path) as db:
+        db.execute_ddl("ALTER TABLE Items DROP COLUMN Qty")
+        with db.transaction() as tx:
+            tx.insert("Items", ["Id", "Name", "Note"], [[4, "d", "after drop"]])
+            tx.delete("Items", [[1]])
+    assert _run(spark, path).state == "Running"
+    assert _replica_rows(tmp_path / "replica", path, "Items") == _source_rows(path)
+    payloads = {e["uuid"]: e["payload"] for e in _events(tmp_path / "events")}
+    assert len(payloads) == 6  # every change once
+    by_key = sorted(
+        (p["Id"], sorted(p)) for p in payloads.values() if p["Id"] in (1, 4) and "Qty" not in p
+    )
+    assert by_key == [(1, ["Id", "Name", "Note"]), (4, ["Id", "Name", "Note"])]

@@ -29,7 +29,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -54,11 +54,7 @@ CHANGE_TYPES: Final = ("INSERT", "UPDATE", "DELETE")
 BACKFILL_RANK: Final = 0
 CDC_RANK: Final = 1
 
-#: Said with a record that does not fit the table as it is now.
-_SCHEMA_HINT = (
-    "; or the table's columns changed (ALTER TABLE) after the record was committed, which "
-    "event building does not follow yet"
-)
+_WHOLE_ROWS = frozenset({"NEW_ROW", "NEW_ROW_AND_OLD_VALUES"})
 
 # Fixed so uuids stay the same across processes and releases.
 _UUID_NAMESPACE_BYTES = uuid.UUID("6b19f7f1-b143-460a-aabc-117f902a791b").bytes
@@ -238,8 +234,7 @@ def _decode_row(
     if len(row) != width:
         unknown = next(name for name in row if name not in plan.names)
         raise InvalidArgument(
-            f"column {unknown!r} is not in table {table.name!r} (columns: "
-            f"{', '.join(plan.names)}){_SCHEMA_HINT}"
+            f"column {unknown!r} is not in table {table.name!r} (columns: {', '.join(plan.names)})"
         )
     for name, decode in plan.decoders.items():
         value = row[name]
@@ -294,20 +289,46 @@ def record_events(
 ) -> list[Event]:
     """:func:`cdc_events` of every mod of ``records`` (data change records of ``table``)."""
     build = _CdcBuilder(stream_name, database, table, read_timestamp_us)
-    return [
-        build(
-            record.commit_timestamp,
-            record.server_transaction_id,
-            record.record_sequence,
-            index,
-            record.mod_type,
-            mod.keys,
-            mod.new_values,
-            mod.old_values,
-        )
-        for record in records
-        for index, mod in enumerate(record.mods)
-    ]
+    names = frozenset(c.name for c in table.columns)
+    events: list[Event] = []
+    for record in records:
+        fit = _fitting(record, names)
+        for index, mod in enumerate(record.mods):
+            new_values, old_values = mod.new_values, mod.old_values
+            if fit is not None:
+                new_values, old_values = fit(new_values), fit(old_values)
+            events.append(
+                build(
+                    record.commit_timestamp,
+                    record.server_transaction_id,
+                    record.record_sequence,
+                    index,
+                    record.mod_type,
+                    mod.keys,
+                    new_values,
+                    old_values,
+                )
+            )
+    return events
+
+
+def _fitting(
+    record: DataChangeRecord, names: frozenset[str]
+) -> Callable[[Mapping[str, Any]], dict[str, Any]] | None:
+    """How to fit the values of a whole-row record committed before the table's columns
+    changed to the table as it is now (None when they fit as they are): a column added since
+    is NULL, a column dropped since is left out. Records that do not carry whole rows are not
+    fitted, so a change stream that cannot feed events still fails with its own error."""
+    if record.value_capture_type not in _WHOLE_ROWS:
+        return None
+    shape = frozenset(c.name for c in record.column_types)
+    if shape == names or (record.mod_type == "DELETE" and shape <= names):
+        return None
+    added = names - shape if record.mod_type != "DELETE" else frozenset()
+    return lambda values: {
+        **{name: v for name, v in values.items() if name in names},
+        **dict.fromkeys(added - values.keys()),
+    }
 
 
 class _CdcBuilder:
@@ -351,7 +372,7 @@ class _CdcBuilder:
                     f"{mod_type} of table {table.name!r} lacks columns "
                     f"{', '.join(sorted(missing))}: the change stream must capture whole rows "
                     "(value_capture_type NEW_ROW or NEW_ROW_AND_OLD_VALUES) and track every "
-                    f"column{_SCHEMA_HINT}"
+                    "column"
                 )
             row = _decode_row(plan, table, (keys, new_values))
         obj, stream_name = self.object, self.stream_name

@@ -200,6 +200,9 @@ class DeltaReplica:
                 self._predicate,
                 source_alias="s",
                 target_alias="t",
+                # A column added to the source table is added here too; one dropped from it
+                # stays, with the values it had.
+                merge_schema=True,
                 # A materialized source lets the MERGE prune target files by key statistics.
                 streamed_exec=False,
             )
@@ -264,8 +267,11 @@ class DeltaReplica:
             return []
         data = delta.to_pyarrow_table()
         data = data.filter(pc.invert(data[DELETED_COLUMN]))
+        present = set(data.column_names)
         columns = [
             [convert(value) for value in data[column.name].to_pylist()]
+            if column.name in present
+            else [None] * data.num_rows  # added to the source since the last MERGE
             for column, convert in zip(self.table.columns, self._from_arrow, strict=True)
         ]
         rows = list(zip(*columns, strict=True))
