@@ -5,6 +5,7 @@ Spanner's checks, atomic with the other statements of the call, followed by chan
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -251,3 +252,37 @@ def test_table_ddl_over_the_server(db: changestream.EmbeddedDatabase) -> None:
         assert remote.read("Orders", [[1]]) == [(1, "ann", 10, "remote")]
         with pytest.raises(FailedPrecondition, match="part of the primary key"):
             remote.execute_ddl("ALTER TABLE Orders DROP COLUMN Id")
+
+
+def test_watch_and_the_stream_client_see_new_columns_without_a_restart(
+    db: changestream.EmbeddedDatabase,
+) -> None:
+    from changestream.client import RecordProcessor, StreamClient
+
+    seen: list[dict[str, Any]] = []
+
+    class Keep(RecordProcessor):
+        def process_records(self, records: list[Any], checkpointer: Any) -> None:
+            seen.extend(m.new_values for r in records for m in r.mods)
+
+    client = StreamClient(db, "Everything", "w1", Keep, start_timestamp=db.last_commit_ts() + 1)
+    client.start()
+    try:
+        with db.watch(full_document="updateLookup") as cursor:
+            with db.transaction() as tx:
+                tx.update("Orders", ["Id", "Amount"], [[1, 12]])
+            (before,) = take(cursor, 1)
+            assert before["updateDescription"]["updatedFields"] == {"Amount": 12}
+            db.execute_ddl("ALTER TABLE Orders ADD COLUMN Note STRING(MAX)")
+            with db.transaction() as tx:
+                tx.update("Orders", ["Id", "Note"], [[1, "later"]])
+            (after,) = take(cursor, 1)
+        deadline = time.monotonic() + 30
+        while len(seen) < 2:
+            assert time.monotonic() < deadline, f"the Stream Client got {seen}"
+            time.sleep(0.05)
+    finally:
+        client.stop()
+    assert after["updateDescription"]["updatedFields"] == {"Note": "later"}
+    assert after["fullDocument"] == {"Id": 1, "Customer": "ann", "Amount": 12, "Note": "later"}
+    assert seen[-1] == {"Customer": "ann", "Amount": 12, "Note": "later"}
