@@ -436,3 +436,47 @@ def test_columns_added_and_dropped_between_runs_reach_events_and_replica(
         (p["Id"], sorted(p)) for p in payloads.values() if p["Id"] in (1, 4) and "Qty" not in p
     )
     assert by_key == [(1, ["Id", "Name", "Note"]), (4, ["Id", "Name", "Note"])]
+
+
+def test_a_running_pipeline_follows_a_column_added_while_it_runs(
+    spark: Any, tmp_path: Path
+) -> None:
+    path = str(tmp_path / "source.db")
+    _create_items(path, rows=0)
+    _stream(path, tmp_path, backfill="none", format="avro")
+    options = PipelineOptions(trigger_seconds=0.2, poll_seconds=0.2)
+    runner = threading.Thread(
+        target=SparkPipeline("s1", path, options, spark=spark).run, daemon=True
+    )
+    runner.start()
+    with changestream.open(path) as db:
+        catalog = StreamCatalog(db)
+        deadline = time.monotonic() + 120  # Spark's first micro-batch starts its workers
+
+        def landed() -> None:
+            last = db.last_commit_ts()
+            while (catalog.progress("s1").last_commit_timestamp or 0) < last:
+                assert time.monotonic() < deadline and runner.is_alive(), catalog.get("s1").state
+                time.sleep(0.1)
+
+        for n in range(20):
+            if n == 10:
+                landed()  # the first ten are events of the table before the change
+                db.execute_ddl("ALTER TABLE Items ADD COLUMN Note STRING(MAX)")
+            columns = ["Id", "Name", "Qty"] + (["Note"] if n >= 10 else [])
+            with db.transaction() as tx:
+                tx.insert("Items", columns, [[n, "t", n] + ([f"n{n}"] if n >= 10 else [])])
+            time.sleep(0.05)
+        landed()
+        assert catalog.get("s1").state.value == "Running"
+        catalog.transition("s1", "pause")
+    runner.join(timeout=120)
+    assert not runner.is_alive(), "the pipeline did not stop on pause"
+    assert _replica_rows(tmp_path / "replica", path, "Items") == _source_rows(path)
+    events = _events(tmp_path / "events")
+    assert sorted(e["payload"]["Id"] for e in events) == list(range(20))
+    # Avro files of the two shapes: the events after the change have the column.
+    assert {e["payload"].get("Note") for e in events if e["payload"]["Id"] >= 10} == {
+        f"n{n}" for n in range(10, 20)
+    }
+    assert len({e["schema_key"] for e in events}) == 2
