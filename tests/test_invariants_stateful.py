@@ -43,14 +43,14 @@ from tests.server_support import serving
 LONG = os.environ.get("CHANGESTREAM_STORM") == "long"
 TABLES = {
     "A": "CREATE TABLE A (K INT64 NOT NULL, V INT64) PRIMARY KEY (K)",
-    "B": "CREATE TABLE B (G STRING(MAX) NOT NULL, N INT64 NOT NULL, V STRING(MAX)) "
-    "PRIMARY KEY (G, N)",
+    # G is a nullable key column: NULL is one more value of it.
+    "B": "CREATE TABLE B (G STRING(MAX), N INT64 NOT NULL, V STRING(MAX)) PRIMARY KEY (G, N)",
 }
 COLUMNS = {"A": ("K", "V"), "B": ("G", "N", "V")}
 KEY_WIDTH = {"A": 1, "B": 2}
 
 a_keys = st.tuples(st.integers(0, 30))
-b_keys = st.tuples(st.sampled_from(["g", "m", "t"]), st.integers(0, 10))
+b_keys = st.tuples(st.sampled_from([None, "g", "m", "t"]), st.integers(0, 10))
 table_keys = st.one_of(st.tuples(st.just("A"), a_keys), st.tuples(st.just("B"), b_keys))
 
 

@@ -26,7 +26,7 @@ from changestream.ddl.schema import (
 )
 from changestream.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from changestream.store.keys import quote
-from changestream.store.sqlite_layout import create_table_sql, declared_type
+from changestream.store.sqlite_layout import create_table_sql, declared_type, key_index_sql
 from changestream.types import to_sqlite
 
 _MAX_COLUMNS = 1024
@@ -235,6 +235,9 @@ def _rebuild(conn: sqlite3.Connection, table: Table, altered: Table) -> None:
         raise FailedPrecondition(f"cannot alter table {table.name!r}: {exc}") from exc
     conn.execute(f"DROP TABLE {quote(table.name)}")
     conn.execute(f"ALTER TABLE {quote(temporary.name)} RENAME TO {quote(table.name)}")
+    key_index = key_index_sql(altered)
+    if key_index is not None:
+        conn.execute(key_index)
     for index in altered.indexes:
         create_index(conn, replace(altered, indexes=()), index)
 

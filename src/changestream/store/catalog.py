@@ -29,7 +29,7 @@ from changestream.ddl.schema import (
 from changestream.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from changestream.store import alter
 from changestream.store.keys import quote
-from changestream.store.sqlite_layout import SYSTEM_PREFIX, create_table_sql
+from changestream.store.sqlite_layout import SYSTEM_PREFIX, create_table_sql, key_index_sql
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +112,9 @@ class Catalog:
         if table.row_deletion_policy is not None:
             alter.check_row_deletion_policy(table, table.row_deletion_policy)
         conn.execute(create_table_sql(table))
+        key_index = key_index_sql(table)
+        if key_index is not None:
+            conn.execute(key_index)
         conn.execute(
             "INSERT INTO _cs_tables (name, definition) VALUES (?, ?)",
             (table.name, orjson.dumps(table.to_catalog())),

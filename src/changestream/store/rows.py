@@ -13,8 +13,11 @@ from changestream.values import shown
 
 
 def key_condition(table: Table) -> str:
-    """``"k1" = ? AND "k2" = ?`` over the table's primary key."""
-    return " AND ".join(f"{quote(name)} = ?" for name in table.primary_key)
+    """``"k1" = ? AND "k2" IS ?`` over the table's primary key: ``IS`` for nullable columns,
+    so a NULL key part matches NULL (SQLite uses the key's index for both)."""
+    return " AND ".join(
+        f"{quote(c.name)} {'=' if c.not_null else 'IS'} ?" for c in table.key_columns
+    )
 
 
 def normalized_key(table: Table, key: Sequence[Any]) -> tuple[Any, ...]:

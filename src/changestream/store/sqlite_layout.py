@@ -6,7 +6,7 @@ import contextvars
 import re
 import sqlite3
 
-from changestream.ddl.schema import Table
+from changestream.ddl.schema import Column, Table
 from changestream.store.keys import quote
 from changestream.types import SCALAR_CODES, ColumnType, from_sqlite, to_sqlite
 
@@ -125,12 +125,45 @@ def declared_type(ctype: ColumnType) -> str:
 
 def create_table_sql(table: Table) -> str:
     """The SQLite ``CREATE TABLE`` for a user table."""
+    key_columns = table.key_columns
+    # A lone INTEGER PRIMARY KEY column is SQLite's rowid, which turns NULL into a new number:
+    # a nullable INT64 key is declared INT (the same affinity) to keep NULL a value.
+    rowid_alias = len(key_columns) == 1 and key_columns[0].type.code == "INT64"
+    nullable_rowid = rowid_alias and not key_columns[0].not_null
+
+    def declared(column: Column) -> str:
+        if nullable_rowid and column is key_columns[0]:
+            return "INT"
+        return declared_type(column.type)
+
     columns = [
-        f"{quote(c.name)} {declared_type(c.type)}{' NOT NULL' if c.not_null else ''}"
-        for c in table.columns
+        f"{quote(c.name)} {declared(c)}{' NOT NULL' if c.not_null else ''}" for c in table.columns
     ]
     key = ", ".join(quote(name) for name in table.primary_key)
     return f"CREATE TABLE {quote(table.name)} ({', '.join(columns)}, PRIMARY KEY ({key}))"
+
+
+# What a NULL key part stands for in the key index: a blob in a column of text, text elsewhere.
+_NULL_TEXT = "x'00'"
+_NULL_OTHER = "'null'"
+
+
+def key_index_sql(table: Table) -> str | None:
+    """For a key with nullable columns, a UNIQUE index in which NULL equals NULL (SQLite's
+    primary key lets rows share a NULL key, Spanner's does not); else None. A NULL stands
+    for a value of another storage class than the column's, so it collides with no value."""
+    if all(c.not_null for c in table.key_columns):
+        return None
+    parts = []
+    for column in table.key_columns:
+        name = quote(column.name)
+        if column.not_null:
+            parts.append(name)
+        else:
+            text_form = declared_type(column.type) not in ("INTEGER", "FLOAT64", "BOOL", "BLOB")
+            parts.append(f"ifnull({name}, {_NULL_TEXT if text_form else _NULL_OTHER})")
+    index = quote(f"{SYSTEM_PREFIX}key_{table.name}")
+    return f"CREATE UNIQUE INDEX {index} ON {quote(table.name)} ({', '.join(parts)})"
 
 
 #: Set while reading back what a DML statement wrote: text in a TIMESTAMP, DATE or NUMERIC

@@ -159,6 +159,15 @@ class ChangeTracker:
         columns = ", ".join(quote(k) for k in table.primary_key)
         width = len(key_at)
         found: dict[tuple[Any, ...], dict[str, Any]] = {}
+        # A row value IN (...) never matches NULL: keys with a NULL part are looked up alone.
+        with_null = [key for key in keys if None in key]
+        if with_null:
+            keys = [key for key in keys if None not in key]
+            sql = f"SELECT * FROM {quote(table.name)} WHERE {key_condition(table)}"
+            for key in with_null:
+                stored = [to_sqlite(c.type, v) for c, v in zip(table.key_columns, key, strict=True)]
+                for row in restore_nans(table, names, self.conn.execute(sql, stored).fetchall()):
+                    found[key] = dict(zip(names, row, strict=True))
         for begin in range(0, len(keys), _CHUNK):
             chunk = keys[begin : begin + _CHUNK]
             tuples = ", ".join(["(" + ", ".join("?" * width) + ")"] * len(chunk))
