@@ -51,7 +51,7 @@ from typing import Any
 import changestream
 from changestream import ChildPartitionsRecord, DataChangeRecord
 from changestream.clock import format_ts, now_us
-from checks import expect, goals, key_checksum
+from checks import CheckFailed, expect, goals, key_checksum
 
 log = logging.getLogger("spark_read")
 
@@ -289,7 +289,7 @@ def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
-            raise SystemExit(f"timed out waiting for {what}")
+            raise CheckFailed(f"check failed: timed out waiting for {what}")
         time.sleep(0.1)
 
 
@@ -390,6 +390,9 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=100.0, help="streaming transactions/s")
     parser.add_argument("--rows-per-txn", type=int, default=5, help="streaming rows per txn")
     parser.add_argument("--skip-streaming", action="store_true")
+    parser.add_argument(
+        "--skip-batch", action="store_true", help="only the streaming part (on an empty table)"
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)
@@ -406,7 +409,11 @@ def main() -> None:
         spark.sparkContext.setLogLevel("ERROR")
         try:
             result: dict[str, Any] = {"benchmark": "spark_read", "master": args.master}
-            result["batch"] = batch(args, spark, path)
+            if args.skip_batch:
+                with changestream.open(path) as db:
+                    load(db, 1, args.partitions)  # the table, its stream and partitions
+            else:
+                result["batch"] = batch(args, spark, path)
             if not args.skip_streaming:
                 log.info("streaming: Spark, %.0f tx/s for %.0fs", args.rate, args.seconds)
                 ours = streaming_spark(args, spark, path, Path(tmp))
