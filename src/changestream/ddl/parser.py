@@ -505,11 +505,7 @@ class _Parser:
                 return SetRowDeletionPolicy(name, action, policy)
         if self._accept_keyword("ADD"):
             self._expect_keyword("COLUMN", f"COLUMN after ALTER TABLE {name} ADD")
-            if_not_exists = False
-            if self._accept_keyword("IF"):
-                self._expect_keyword("NOT")
-                self._expect_keyword("EXISTS")
-                if_not_exists = True
+            if_not_exists = self._if_not_exists()
             column = self._name("column name").value
             return AddColumn(name, self._column(column, 0, allow_default=True), if_not_exists)
         if self._accept_keyword("DROP"):
@@ -531,17 +527,20 @@ class _Parser:
             return True
         return False
 
+    def _if_not_exists(self) -> bool:
+        if self._accept_keyword("IF"):
+            self._expect_keyword("NOT")
+            self._expect_keyword("EXISTS")
+            return True
+        return False
+
     def _create_index(self, after_index: bool = False) -> CreateIndex:
         unique = null_filtered = False
         if not after_index:
             unique = self._accept_keyword("UNIQUE")
             null_filtered = self._accept_keyword("NULL_FILTERED")
             self._expect_keyword("INDEX", "INDEX after CREATE UNIQUE / NULL_FILTERED")
-        if_not_exists = False
-        if self._accept_keyword("IF"):
-            self._expect_keyword("NOT")
-            self._expect_keyword("EXISTS")
-            if_not_exists = True
+        if_not_exists = self._if_not_exists()
         name = self._user_name("index name").value
         self._expect_keyword("ON", f"ON after CREATE INDEX {name}")
         table = self._name("table name").value
