@@ -1,0 +1,35 @@
+"""A new user's usual mistakes get a clear answer (issue 17, the items fixed so far)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import changestream
+from changestream.cli.main import main
+
+
+def test_a_failed_first_ddl_leaves_no_file(tmp_path: Path) -> None:
+    path = tmp_path / "bad.db"
+    result = CliRunner().invoke(main, ["ddl", str(path), "CREATE TABL T (K INT64) PRIMARY KEY (K)"])
+    assert result.exit_code == 2
+    assert "error: expected TABLE, INDEX or CHANGE STREAM after CREATE" in result.output
+    assert list(tmp_path.iterdir()) == []
+    # A failed DDL on an existing database leaves it as it was.
+    good = CliRunner().invoke(main, ["ddl", str(path), "CREATE TABLE T (K INT64) PRIMARY KEY (K)"])
+    assert good.exit_code == 0, good.output
+    again = CliRunner().invoke(main, ["ddl", str(path), "CREATE TABLE T (K INT64) PRIMARY KEY (K)"])
+    assert again.exit_code == 2 and path.exists()
+
+
+def test_a_file_that_is_not_a_database_is_named(tmp_path: Path) -> None:
+    notes = tmp_path / "notes.txt"
+    notes.write_text("shopping list")
+    with pytest.raises(changestream.InvalidArgument, match=f"{notes} is not a database file"):
+        changestream.open(str(notes))
+    result = CliRunner().invoke(main, ["sql", str(notes), "SELECT 1"])
+    assert result.exit_code == 2
+    assert f"error: {notes} is not a database file" in result.output
+    assert notes.read_text() == "shopping list"
