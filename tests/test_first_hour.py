@@ -33,3 +33,20 @@ def test_a_file_that_is_not_a_database_is_named(tmp_path: Path) -> None:
     assert result.exit_code == 2
     assert f"error: {notes} is not a database file" in result.output
     assert notes.read_text() == "shopping list"
+
+
+def test_partitions_at_outside_the_streams_life_is_an_error(tmp_path: Path) -> None:
+    path = str(tmp_path / "p.db")
+    with changestream.open(path) as db:
+        created = db.execute_ddl(
+            ["CREATE TABLE T (K INT64) PRIMARY KEY (K)", "CREATE CHANGE STREAM S FOR T"]
+        )
+    runner = CliRunner()
+    for at in (created - 1, created + 3_600_000_000):
+        moment = changestream.clock.format_ts(at)
+        result = runner.invoke(main, ["partitions", path, "S", "--at", moment])
+        assert result.exit_code == 2, result.output
+        assert "is outside the life of change stream 'S'" in result.output
+    at_creation = changestream.clock.format_ts(created)
+    good = runner.invoke(main, ["partitions", path, "S", "--at", at_creation, "--json"])
+    assert good.exit_code == 0 and "token" in good.output

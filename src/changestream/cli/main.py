@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import sys
@@ -76,8 +77,16 @@ def ddl(path: str, statements: tuple[str, ...]) -> None:
       changestream ddl app.db "CREATE TABLE T (K STRING(MAX) NOT NULL, V INT64) PRIMARY KEY (K)"
       changestream ddl app.db "CREATE CHANGE STREAM TStream FOR T"
     """
-    with open_database(path, create=True) as db:
-        applied = db.execute_ddl(list(statements))
+    created = "://" not in path and not os.path.exists(path)
+    try:
+        with open_database(path, create=True) as db:
+            applied = db.execute_ddl(list(statements))
+    except BaseException:
+        if created:  # a failed first DDL leaves no file behind
+            for leftover in (path, f"{path}-wal", f"{path}-shm"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(leftover)
+        raise
     click.echo(f"applied at {format_ts(applied)}")
 
 

@@ -128,7 +128,13 @@ class Store:
         self._last_gc_us = 0
         self._codecs: dict[tuple[str, tuple[str, ...]], RowCodec] = {}
         self._rebalancer = Rebalancer(self)
-        self._initialize()
+        try:
+            self._initialize()
+        except sqlite3.DatabaseError as exc:
+            self.close()
+            if isinstance(exc, sqlite3.OperationalError):  # busy, locked, read-only: as is
+                raise
+            raise InvalidArgument(f"{path} is not a database file: {exc}") from exc
 
     # -- lifecycle -------------------------------------------------------------------------
 

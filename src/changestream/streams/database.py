@@ -10,7 +10,13 @@ from typing import TYPE_CHECKING, Any
 
 from changestream.clock import Clock, format_ts, parse_ts
 from changestream.ddl.schema import SYSTEM_VALUE_CAPTURE_TYPE
-from changestream.errors import ChangeStreamError, InvalidArgument, NotFound, reported
+from changestream.errors import (
+    ChangeStreamError,
+    InvalidArgument,
+    NotFound,
+    OutOfRange,
+    reported,
+)
 from changestream.sql.limits import DEFAULT_LIMITS, SqlLimits
 from changestream.sql.statements import (
     DmlStatement,
@@ -248,8 +254,17 @@ class EmbeddedDatabase(Store):
         ]
 
     def partitions(self, stream: str, at: Any = None) -> list[Partition]:
-        """The partitions of ``stream`` live now (or at timestamp ``at``), in key order."""
-        moment = self.last_commit_ts() if at is None else parse_ts(at, "at")
+        """The partitions of ``stream`` live now (or at timestamp ``at``, which must fall in
+        the stream's life: from its creation to now), in key order."""
+        now = self.last_commit_ts()
+        moment = now if at is None else parse_ts(at, "at")
+        if at is not None:
+            created = self.catalog().stream(stream).created_ts
+            if not created <= moment <= max(now, self.now()):
+                raise OutOfRange(
+                    f"at {format_ts(moment)} is outside the life of change stream {stream!r}: "
+                    f"it was created at {format_ts(created)}, and it is now {format_ts(self.now())}"
+                )
         conn = self.connection()
         return self._partitions(stream, lambda created: splits_live_at(conn, max(moment, created)))
 
