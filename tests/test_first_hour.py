@@ -50,3 +50,24 @@ def test_partitions_at_outside_the_streams_life_is_an_error(tmp_path: Path) -> N
     at_creation = changestream.clock.format_ts(created)
     good = runner.invoke(main, ["partitions", path, "S", "--at", at_creation, "--json"])
     assert good.exit_code == 0 and "token" in good.output
+
+
+def test_streams_list_and_describe_print_created_at_alike(tmp_path: Path) -> None:
+    import orjson
+
+    path = str(tmp_path / "s.db")
+    runner = CliRunner()
+    ddl = [
+        "CREATE TABLE T (K INT64 NOT NULL, V INT64) PRIMARY KEY (K)",
+        "CREATE CHANGE STREAM S FOR T OPTIONS (value_capture_type = 'NEW_ROW')",
+    ]
+    assert runner.invoke(main, ["ddl", path, *ddl]).exit_code == 0
+    create = ["streams", "create", "s", "--db", path, "--change-stream", "S"]
+    created = runner.invoke(main, [*create, "--destination", str(tmp_path / "out")])
+    assert created.exit_code == 0, created.output
+    listed = runner.invoke(main, ["streams", "list", "--db", path, "--json"])
+    described = runner.invoke(main, ["streams", "describe", "s", "--db", path, "--json"])
+    (line,) = listed.output.splitlines()
+    in_list = orjson.loads(line)["definition"]["created_at"]
+    assert in_list == orjson.loads(described.output)["definition"]["created_at"]
+    assert isinstance(in_list, str) and in_list.endswith("Z")

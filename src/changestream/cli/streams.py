@@ -151,7 +151,7 @@ def list_streams(db_path: str, as_json: bool) -> None:
                     {
                         "name": info.name,
                         "state": info.state.value,
-                        "definition": info.definition.to_dict(),
+                        "definition": info.definition.to_display_dict(),
                     }
                 )
             )

@@ -405,7 +405,7 @@ class StreamCatalog:
             "name": definition.name,
             "state": info.state.value,
             "state_changed_at": format_ts(info.state_changed_at),
-            "definition": {**definition.to_dict(), "created_at": format_ts(definition.created_at)},
+            "definition": definition.to_display_dict(),
             "objects": backfill,
             "rows_processed": progress.rows_processed,
             "last_processed_commit_timestamp": None if last is None else format_ts(last),

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from changestream.clock import format_ts
 from changestream.ddl.schema import ChangeStream, Table
 from changestream.errors import FailedPrecondition, InvalidArgument, NotFound
 from changestream.streams.interface import Database
@@ -150,6 +151,10 @@ class StreamDefinition:
         data["include"] = list(self.include)
         data["exclude"] = list(self.exclude)
         return data
+
+    def to_display_dict(self) -> dict[str, Any]:
+        """:meth:`to_dict` as commands print it: ``created_at`` in RFC 3339."""
+        return {**self.to_dict(), "created_at": format_ts(self.created_at)}
 
     @staticmethod
     def from_dict(data: Mapping[str, Any]) -> StreamDefinition:
