@@ -31,8 +31,32 @@ def test_a_file_that_is_not_a_database_is_named(tmp_path: Path) -> None:
         changestream.open(str(notes))
     result = CliRunner().invoke(main, ["sql", str(notes), "SELECT 1"])
     assert result.exit_code == 2
-    assert f"error: {notes} is not a database file" in result.output
+    assert f"error: {notes} is not a changestream database: not an SQLite database" in (
+        result.output
+    )
     assert notes.read_text() == "shopping list"
+
+
+def test_reading_commands_leave_plain_and_empty_files_as_they_are(tmp_path: Path) -> None:
+    import sqlite3
+
+    plain, empty = tmp_path / "plain.db", tmp_path / "empty.db"
+    with sqlite3.connect(plain) as conn:
+        conn.execute("CREATE TABLE notes (line TEXT)")
+    conn.close()
+    empty.touch()
+    runner = CliRunner()
+    for path, reason in ((plain, "without changestream's system tables"), (empty, "an empty file")):
+        for command in (["sql", str(path), "SELECT 1"], ["partitions", str(path), "S"]):
+            result = runner.invoke(main, command)
+            assert result.exit_code == 2, result.output
+            assert f"{path} is not a changestream database: " in result.output
+            assert reason in result.output and "`changestream ddl` makes it one" in result.output
+    with sqlite3.connect(plain) as conn:
+        tables = [row[0] for row in conn.execute("SELECT name FROM sqlite_master")]
+    conn.close()
+    assert tables == ["notes"]
+    assert empty.stat().st_size == 0
 
 
 def test_partitions_at_outside_the_streams_life_is_an_error(tmp_path: Path) -> None:

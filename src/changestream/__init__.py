@@ -20,6 +20,7 @@ from changestream.errors import (
     ResourceExhausted,
 )
 from changestream.sql.limits import DEFAULT_LIMITS, SqlLimits
+from changestream.store.inspection import inspect
 from changestream.store.keys import KeyRange
 from changestream.store.leases import Lease
 from changestream.store.transaction import Transaction
@@ -88,11 +89,19 @@ def open_path_or_url(
     target: str, token: str | None = None, *, create: bool = False
 ) -> EmbeddedDatabase | RemoteDatabase:
     """:func:`open` a database file, or :func:`connect` when ``target`` is an ``http(s)://``
-    URL (with ``token``). Unless ``create``, a missing file is a :class:`NotFound` error."""
+    URL (with ``token``). Unless ``create``, a missing file is a :class:`NotFound` error and a
+    file that is not a changestream database (empty, plain SQLite, an older layout, not SQLite)
+    an :class:`InvalidArgument` one, left as it is."""
     if target.startswith(("http://", "https://")):
         return connect(target, token)
-    if not create and target != ":memory:" and not os.path.exists(target):
-        raise NotFound(f"no database file at {target!r} (create one with `changestream ddl`)")
+    if not create and target != ":memory:":
+        if not os.path.exists(target):
+            raise NotFound(f"no database file at {target!r} (create one with `changestream ddl`)")
+        # Reading must not change a file's layout: only DDL makes a file a database.
+        problem = inspect(target)
+        if problem is not None:
+            how = " (`changestream ddl` makes it one)" if problem.fixable else ""
+            raise InvalidArgument(f"{target} is not a changestream database: {problem.reason}{how}")
     return open(target)
 
 

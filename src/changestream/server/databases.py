@@ -13,12 +13,11 @@ import os
 import re
 import sqlite3
 import threading
-import urllib.parse
 from dataclasses import dataclass
 
 import changestream
 from changestream.errors import FailedPrecondition, InvalidArgument, NotFound
-from changestream.store.sqlite_layout import SYSTEM_TABLE_NAMES
+from changestream.store.inspection import inspect
 from changestream.streams.database import EmbeddedDatabase
 
 #: A database's name is its file name without ``.db``; names are URL path segments.
@@ -30,38 +29,6 @@ def database_name(path: str) -> str:
     """The name a database file is served under: its file name without the suffix."""
     base = os.path.basename(path)
     return base[: -len(SUFFIX)] if base.endswith(SUFFIX) else base
-
-
-@dataclass(frozen=True, slots=True)
-class Problem:
-    """Why a file cannot be served as it is; ``fixable``: an admin request can make it a
-    changestream database (it is empty, plain SQLite, or of an older layout)."""
-
-    reason: str
-    fixable: bool = True
-
-
-def inspect(path: str) -> Problem | None:
-    """Why the file at ``path`` cannot be served as it is, or None if it is a changestream
-    database (looked at read-only: nothing is written)."""
-    try:
-        if os.path.getsize(path) == 0:
-            return Problem("an empty file")
-        uri = f"file:{urllib.parse.quote(os.path.abspath(path))}?mode=ro"
-        conn = sqlite3.connect(uri, uri=True)
-        try:
-            found = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
-            tables = {row[0] for row in found}
-        finally:
-            conn.close()
-    except (OSError, sqlite3.Error) as exc:
-        return Problem(f"not an SQLite database ({exc})", fixable=False)
-    missing = [name for name in SYSTEM_TABLE_NAMES if name not in tables]
-    if len(missing) == len(SYSTEM_TABLE_NAMES):
-        return Problem("an SQLite database without changestream's system tables")
-    if missing:
-        return Problem(f"made by an older version (no {', '.join(missing)})")
-    return None
 
 
 @dataclass(frozen=True, slots=True)
