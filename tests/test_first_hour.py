@@ -95,3 +95,37 @@ def test_streams_list_and_describe_print_created_at_alike(tmp_path: Path) -> Non
     in_list = orjson.loads(line)["definition"]["created_at"]
     assert in_list == orjson.loads(described.output)["definition"]["created_at"]
     assert isinstance(in_list, str) and in_list.endswith("Z")
+
+
+def test_serve_reports_bad_tls_files_busy_ports_and_non_databases(tmp_path: Path) -> None:
+    import socket
+
+    path = str(tmp_path / "ok.db")
+    runner = CliRunner()
+    assert (
+        runner.invoke(main, ["ddl", path, "CREATE TABLE T (K INT64) PRIMARY KEY (K)"]).exit_code
+        == 0
+    )
+    base = ["serve", path, "--insecure-no-auth", "--host", "127.0.0.1"]
+    missing = runner.invoke(
+        main, [*base, "--port", "0", "--tls-cert", str(tmp_path / "c.pem"), "--tls-key", "k.pem"]
+    )
+    assert missing.exit_code == 2
+    assert f"error: --tls-cert: no file at '{tmp_path / 'c.pem'}'" in missing.output
+    bogus = tmp_path / "bogus.pem"
+    bogus.write_text("not a certificate")
+    bad = runner.invoke(
+        main, [*base, "--port", "0", "--tls-cert", str(bogus), "--tls-key", str(bogus)]
+    )
+    assert bad.exit_code == 2 and f"error: --tls-cert '{bogus}'" in bad.output
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        busy = runner.invoke(main, [*base, "--port", str(port)])
+    assert busy.exit_code == 2
+    assert f"error: cannot listen on 127.0.0.1:{port}: Address already in use" in busy.output
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not a database")
+    refused = runner.invoke(main, ["serve", str(notes), "--insecure-no-auth", "--port", "0"])
+    assert refused.exit_code == 2 and f"{notes} is not a changestream database" in refused.output

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import logging
+import os
+import socket
+import ssl
 
 import click
 
 from changestream.errors import InvalidArgument
+from changestream.store.inspection import inspect
 
 
 @click.command()
@@ -106,6 +110,13 @@ def serve(
     if tokens_file is not None and insecure_no_auth:
         raise InvalidArgument("--tokens and --insecure-no-auth exclude each other")
     auth = NoAuth() if insecure_no_auth else TokenFile(tokens_file or "")
+    if tls_cert is not None and tls_key is not None:
+        _check_tls(tls_cert, tls_key)
+    _check_port(host, port)
+    if os.path.isfile(path):
+        problem = inspect(path)
+        if problem is not None and not problem.fixable:
+            raise InvalidArgument(f"{path} is not a changestream database: {problem.reason}")
     databases = Databases.serve(path, follow_symlinks)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     if insecure_no_auth:
@@ -128,6 +139,27 @@ def serve(
     names = ", ".join(databases.names()) or "none yet"
     click.echo(f"serving {path} at {scheme}://{host}:{port}/NAME (databases: {names})", err=True)
     server.run()
+
+
+def _check_tls(cert: str, key: str) -> None:
+    """Load the certificate and key now, so a bad one is an error naming the file."""
+    for what, name in (("--tls-cert", cert), ("--tls-key", key)):
+        if not os.path.isfile(name):
+            raise InvalidArgument(f"{what}: no file at {name!r}")
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key)
+    except (ssl.SSLError, OSError) as exc:
+        raise InvalidArgument(f"--tls-cert {cert!r} / --tls-key {key!r}: {exc}") from exc
+
+
+def _check_port(host: str, port: int) -> None:
+    """Fail now, with the address, when the port cannot be listened on (taken, say)."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise InvalidArgument(f"cannot listen on {host}:{port}: {exc.strerror}") from exc
 
 
 @click.group()
