@@ -129,3 +129,38 @@ def test_serve_reports_bad_tls_files_busy_ports_and_non_databases(tmp_path: Path
     notes.write_text("not a database")
     refused = runner.invoke(main, ["serve", str(notes), "--insecure-no-auth", "--port", "0"])
     assert refused.exit_code == 2 and f"{notes} is not a changestream database" in refused.output
+
+
+def test_watching_a_missing_table_warns_with_the_tables_there_are(tmp_path: Path) -> None:
+    with changestream.open(str(tmp_path / "w.db")) as db:
+        db.execute_ddl("CREATE TABLE Orders (K INT64) PRIMARY KEY (K)")
+        with pytest.warns(UserWarning, match="table 'Oders' does not exist.*tables: Orders"):
+            cursor = db.table("Oders").watch(max_await_time_ms=50)
+        with cursor:
+            assert cursor.try_next() is None and cursor.alive
+
+
+def test_stream_client_logs_say_where_a_lease_came_from(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+
+    from changestream.client import RecordProcessor, StreamClient
+
+    with changestream.open(str(tmp_path / "c.db")) as db:
+        db.execute_ddl(
+            ["CREATE TABLE T (K INT64 NOT NULL) PRIMARY KEY (K)", "CREATE CHANGE STREAM S FOR T"]
+        )
+        client = StreamClient(db, "S", "w1", RecordProcessor, lease_timeout=1.0)
+        with caplog.at_level(logging.INFO, logger="changestream.client"):
+            client.start()
+            try:
+                import time
+
+                deadline = time.monotonic() + 30
+                while "took free partition" not in caplog.text:
+                    assert time.monotonic() < deadline, caplog.text
+                    time.sleep(0.05)
+            finally:
+                client.stop()
+    assert "from None" not in caplog.text and "from w1" not in caplog.text

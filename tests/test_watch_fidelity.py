@@ -226,10 +226,12 @@ def test_txn_number_and_lsid_only_on_transactions_of_several_rows(tmp_path: Path
 
 
 def test_create_events_only_with_show_expanded_events(db: changestream.EmbeddedDatabase) -> None:
+    with pytest.warns(UserWarning, match="table 'Later' does not exist"):
+        later = db.table("Later").watch(show_expanded_events=True)
     with (
         db.watch(show_expanded_events=True) as expanded,
         db.watch() as plain,
-        db.table("Later").watch(show_expanded_events=True) as table,
+        later as table,
     ):
         db.execute_ddl("CREATE TABLE Later (K INT64 NOT NULL, S STRING(10)) PRIMARY KEY (K)")
         db.execute_ddl("CREATE TABLE Other (K INT64 NOT NULL) PRIMARY KEY (K)")

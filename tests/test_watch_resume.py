@@ -82,13 +82,21 @@ def test_table_watch_resumes_after_drop_to_invalidate(db: changestream.EmbeddedD
     db.execute_ddl("DROP TABLE Items")
     _, drop, invalidate = take(cursor, 3)
     assert ResumeToken.decode(invalidate["_id"], "t").kind is TokenKind.INVALIDATE
-    with db.table("Items").watch(resume_after=drop["_id"]) as resumed:
+    with (
+        pytest.warns(UserWarning, match="table 'Items' does not exist"),
+        db.table("Items").watch(resume_after=drop["_id"]) as resumed,
+    ):
         assert [e["operationType"] for e in take(resumed, 1)] == ["invalidate"]
         assert not resumed.alive
-    with pytest.raises(InvalidArgument, match="resume_after cannot resume after an invalidate"):
+    with (
+        pytest.raises(InvalidArgument, match="resume_after cannot resume after an invalidate"),
+        pytest.warns(UserWarning),
+    ):
         db.table("Items").watch(resume_after=invalidate["_id"])
     # start_after begins a new stream after the invalidate: the re-created table is watched.
-    with db.table("Items").watch(start_after=invalidate["_id"], max_await_time_ms=200) as fresh:
+    with pytest.warns(UserWarning):
+        fresh = db.table("Items").watch(start_after=invalidate["_id"], max_await_time_ms=200)
+    with fresh:
         db.execute_ddl(ITEMS)
         write(db, [2], "b")
         (insert,) = take(fresh, 1)

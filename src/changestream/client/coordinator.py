@@ -146,9 +146,13 @@ class LeaseCoordinator:
             taken = self._table.update(replace(lease, lease_owner=self._me, lease_stealer=None))
             if taken is None:
                 continue
-            log.info(
-                "%s took partition %s from %s", self._me, taken.status_value, lease.lease_owner
-            )
+            previous = lease.lease_owner
+            if previous is None:
+                log.info("%s took free partition %s", self._me, taken.status_value)
+            elif previous == self._me:
+                log.info("%s took back its partition %s", self._me, taken.status_value)
+            else:
+                log.info("%s took partition %s from %s", self._me, taken.status_value, previous)
             held = HeldLease(taken, started)
             with self._lock:
                 self._held[held.token] = held

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -30,5 +31,15 @@ class TableHandle:
         **arguments: Unpack[WatchArguments],
     ) -> ChangeStreamCursor:
         """A cursor over this table's changes; a drop or rename of the table emits ``drop`` or
-        ``rename``, then ``invalidate``, and closes it. Arguments as for ``db.watch()``."""
+        ``rename``, then ``invalidate``, and closes it. Arguments as for ``db.watch()``. A
+        table that does not exist yet is watched all the same (as in MongoDB), with a warning
+        naming the tables there are, in case its name is mistyped."""
+        tables = [t.name for t in self._db.tables()]
+        if self.name not in tables:
+            warnings.warn(
+                f"table {self.name!r} does not exist (yet): the cursor waits for its changes; "
+                f"tables: {', '.join(tables) or 'none'}",
+                UserWarning,
+                stacklevel=2,
+            )
         return ChangeStreamCursor(self._db, self.name, pipeline, **arguments)
