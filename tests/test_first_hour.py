@@ -164,3 +164,19 @@ def test_stream_client_logs_say_where_a_lease_came_from(
             finally:
                 client.stop()
     assert "from None" not in caplog.text and "from w1" not in caplog.text
+
+
+def test_a_sql_typo_is_explained_in_our_words(tmp_path: Path) -> None:
+    with changestream.open(str(tmp_path / "q.db")) as db:
+        db.execute_ddl("CREATE TABLE T (K INT64) PRIMARY KEY (K)")
+        with pytest.raises(changestream.InvalidArgument) as typo:
+            db.execute_sql("SELEC * FROM T")
+        assert "'SELEC' does not start a statement" in str(typo.value)
+        with pytest.raises(changestream.InvalidArgument) as misplaced:
+            db.execute_sql("SELECT * FROM T WHERE")
+        assert (
+            str(misplaced.value)
+            == "cannot parse SQL: syntax error at line 1, column 21, near 'WHERE'"
+        )
+        for error in (typo.value, misplaced.value):
+            assert "sqlglot" not in str(error) and "<class" not in str(error)

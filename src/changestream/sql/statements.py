@@ -264,18 +264,21 @@ def _read_function_form(statement: exp.Expr) -> tuple[str, str] | None:
 
 
 def _parse_failure(sql: str, exc: ParseError | TokenError) -> str:
+    """Why ``sql`` does not parse, in the user's terms: where, and near which word (the
+    parser's own description names its internal classes, so it is left out)."""
     if isinstance(exc, ParseError) and exc.errors:
         first = exc.errors[0]
-        # str(exc) would carry ANSI underline codes around the offending token.
-        detail = f"{first['description']} (line {first['line']}, column {first['col']})"
+        near = str(first.get("highlight") or "").strip()
+        where = f"line {first['line']}, column {first['col']}"
+        detail = f"syntax error at {where}" + (f", near {near!r}" if near else "")
     else:
-        detail = str(exc)
+        detail = f"cannot read the statement ({str(exc).splitlines()[0]})"
     try:
         words = [token.text.upper() for token in _GoogleSQL().tokenize(sql)]
     except TokenError:
         words = []
     if words and words[0] not in _STATEMENT_KEYWORDS:
-        return f"{_NOT_A_QUERY} (cannot parse SQL: {detail})"
+        return f"cannot parse SQL: {words[0]!r} does not start a statement; {_NOT_A_QUERY}"
     if any(pair == ("THEN", "RETURN") for pair in itertools.pairwise(words)):
         return "THEN RETURN is not supported; the statement's result already has the changed rows"
     if words[:3] == ["INSERT", "OR", "UPDATE"]:
