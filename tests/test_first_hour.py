@@ -9,6 +9,7 @@ from click.testing import CliRunner
 
 import changestream
 from changestream.cli.main import main
+from changestream.errors import Unavailable
 
 
 def test_a_failed_first_ddl_leaves_no_file(tmp_path: Path) -> None:
@@ -180,3 +181,18 @@ def test_a_sql_typo_is_explained_in_our_words(tmp_path: Path) -> None:
         )
         for error in (typo.value, misplaced.value):
             assert "sqlglot" not in str(error) and "<class" not in str(error)
+
+
+def test_a_server_never_reached_is_reported_within_seconds() -> None:
+    import socket
+    import time
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # nothing listens here once the probe closes
+    remote = changestream.connect(f"http://127.0.0.1:{port}/db", reconnect_timeout=30.0)
+    began = time.monotonic()
+    with pytest.raises(Unavailable, match="has not answered since connect"):
+        remote.tables()
+    assert time.monotonic() - began < 10  # the 30 s budget is for an established session
+    remote.close()

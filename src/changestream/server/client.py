@@ -100,7 +100,8 @@ def connect(
     client-level change stream), and the other calls go to its database when it serves exactly
     one. ``token`` defaults to ``$CHANGESTREAM_TOKEN``.
     ``timeout`` bounds each request and each silence of a stream (the server sends keepalives);
-    ``reconnect_timeout`` is how long calls and streams retry an unreachable server.
+    ``reconnect_timeout`` is how long calls and streams retry a server that stopped answering;
+    one never reached since ``connect()`` is reported within about two seconds.
     ``verify``: check the server's TLS certificate (a path names the CA bundle to trust).
     """
     return RemoteDatabase(url, token, timeout, reconnect_timeout, verify)
@@ -137,6 +138,7 @@ class RemoteDatabase:
         self.session_id = str(uuid.uuid4())
         self._root = f"{parsed.scheme}://{parsed.netloc}{base}" if not name else None
         self._reconnect_timeout = reconnect_timeout
+        self._reached = False
         self._closed = False
         self._client = httpx.Client(
             base_url=f"{parsed.scheme}://{parsed.netloc}{base}",
@@ -165,17 +167,25 @@ class RemoteDatabase:
                 idempotent or isinstance(exc, httpx.ConnectError)
             )
 
+        # The reconnect budget is for a session that reached the server once; a server that
+        # was never reached is reported within a couple of seconds.
+        budget = self._reconnect_timeout if self._reached else min(self._reconnect_timeout, 2.0)
         try:
-            for attempt in reconnecting(self._reconnect_timeout, retryable):
+            for attempt in reconnecting(budget, retryable):
                 with attempt:
-                    return self._client.send(request, stream=stream)
+                    response = self._client.send(request, stream=stream)
+                    self._reached = True
+                    return response
         except httpx.TransportError as exc:
             if not retryable(exc):
                 raise Unavailable(
                     f"the connection to {self.url} broke during {request.url.path}; "
                     f"it may or may not have been applied ({exc!r})"
                 ) from exc
-            raise Unavailable(f"cannot reach {self.url}: {exc!r}") from exc
+            raise Unavailable(
+                f"cannot reach {self.url}: {exc!r}"
+                + ("" if self._reached else " (it has not answered since connect())")
+            ) from exc
         raise AssertionError("unreachable: the retry loop returns or raises")
 
     def _path(self, endpoint: api.Endpoint, stream: str | None) -> str:
