@@ -79,3 +79,14 @@ def test_one_row_per_null_key_and_null_sorts_first(tmp_path: Path) -> None:
             {"K": None},
         ) in keys and ("C", "DELETE", {"A": None, "B": 0}) in keys
         assert sum(1 for t, kind, _ in keys if kind == "INSERT") == 5
+
+
+def test_a_renamed_table_with_a_nullable_key_frees_its_name(tmp_path: Path) -> None:
+    with changestream.open(str(tmp_path / "r.db")) as db:
+        db.execute_ddl([NULLABLE_STRING_KEY, "ALTER TABLE S RENAME TO S2", NULLABLE_STRING_KEY])
+        for table in ("S", "S2"):
+            with db.transaction() as tx:
+                tx.insert(table, ["K", "V"], [[None, table]])
+            with pytest.raises(changestream.AlreadyExists), db.transaction() as tx:
+                tx.insert(table, ["K", "V"], [[None, "again"]])
+        assert db.read("S2") == [(None, "S2")]

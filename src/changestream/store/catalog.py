@@ -219,6 +219,10 @@ class Catalog:
             conn.execute(f"ALTER TABLE {quote(name)} RENAME TO {quote(new_name)}")
         except sqlite3.OperationalError as exc:
             raise InvalidArgument(f"cannot rename table {name!r} to {new_name!r}: {exc}") from exc
+        key_index = key_index_sql(replace(table, name=new_name))
+        if key_index is not None:  # its name follows the table's, so a new table may take it
+            conn.execute(f"DROP INDEX IF EXISTS {quote(SYSTEM_PREFIX + 'key_' + name)}")
+            conn.execute(key_index)
         renamed = replace(
             table,
             name=new_name,
