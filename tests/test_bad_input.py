@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import logging
 import math
 import sqlite3
 import time
@@ -371,3 +372,95 @@ def test_dml_expressions_must_give_text_columns_their_stored_form(
         lambda: update(db, "UPDATE T SET TS = CONCAT('2021-01-01', 'T00:00:00Z') WHERE K = 1", {}),
     )
     assert "is not in its stored form '2021-01-01T00:00:00.000000Z'" in message
+
+
+# --- what the first fixes left: a NaN selected as text, nanoseconds, steps, lazy bugs ---
+
+
+def test_a_nan_selected_through_sql_comes_back_as_a_float(
+    db: changestream.EmbeddedDatabase,
+) -> None:
+    insert(db, ["K", "F", "S"], [1, math.nan, "NaN"])
+    for sql in (
+        "SELECT F, S FROM T",
+        "SELECT t.F AS g, t.S FROM T AS t JOIN T AS u ON t.K = u.K",
+        "SELECT MAX(F), S FROM T GROUP BY S",
+        "SELECT COALESCE(F, 0.0), S FROM T",
+        "WITH w AS (SELECT F, S FROM T) SELECT * FROM w UNION ALL SELECT F, S FROM T",
+    ):
+        for f, s in db.execute_sql(sql):
+            assert isinstance(f, float) and math.isnan(f), sql
+            assert s == "NaN", sql  # a STRING holding the same text stays text
+    [[k, f, s]] = db.execute_sql("SELECT K, F, S FROM T WHERE F = 'NaN'")
+    assert (k, s) == (1, "NaN") and math.isnan(f)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "2024-01-01T00:00:00.123456789Z",
+        "2024-01-01T00:00:00.0000001Z",
+        pytest.param("pandas", id="pandas-nanoseconds"),
+    ],
+)
+def test_timestamps_finer_than_microseconds_are_refused_not_truncated(
+    db: changestream.EmbeddedDatabase, value: Any
+) -> None:
+    if value == "pandas":
+        pandas = pytest.importorskip("pandas")
+        value = pandas.Timestamp("2024-01-01T00:00:00.123456789Z")
+    for write in (
+        lambda: insert(db, ["K", "TS"], [1, value]),
+        lambda: update(db, "INSERT INTO T (K, TS) VALUES (1, @t)", {"t": value}),
+    ):
+        assert "more precision than microseconds" in refused(db, write)
+    with pytest.raises(InvalidArgument, match="more precision than microseconds"):
+        db.read_change_stream("CS", value)
+    # Trailing zeros carry no precision: the same instant, accepted.
+    insert(db, ["K", "TS"], [1, "2024-01-01T00:00:00.123456000Z"])
+    assert db.read("T", columns=["TS"]) == [(dt.datetime(2024, 1, 1, 0, 0, 0, 123456, UTC),)]
+
+
+def test_a_statement_is_stopped_by_the_step_limit(tmp_path: Path) -> None:
+    limits = changestream.SqlLimits(max_steps=200_000)
+    counting = (
+        "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 1000000) "
+        "SELECT max(x) FROM c"
+    )
+    with changestream.open(str(tmp_path / "steps.db"), sql_limits=limits) as db:
+        db.execute_ddl(SCHEMA)
+        with pytest.raises(ResourceExhausted, match=r"more than 200,000 steps.*max_steps"):
+            db.execute_sql(counting)
+        assert list(db.execute_sql("SELECT 1")) == [[1]]  # the next statement has its own
+        # Steps count over every batch of a query read lazily, not per batch.
+        rows = db.execute_sql(
+            "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 100000) "
+            "SELECT x FROM c"
+        )
+        with pytest.raises(ResourceExhausted, match="max_steps"):
+            list(rows)
+        insert(db, ["K"], [1])
+        message = refused(db, lambda: update(db, f"UPDATE T SET F = ({counting}) WHERE K = 1", {}))
+        assert "max_steps" in message
+
+
+def test_a_bug_met_while_rows_are_read_lazily_is_logged_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Lazy results outlive the call that returned them, so they report bugs themselves."""
+    from changestream.errors import reported_items
+
+    def broken() -> Iterator[int]:
+        yield 1
+        raise KeyError("a bug")
+
+    with caplog.at_level(logging.ERROR, logger="changestream"):
+        for _ in range(2):
+            items = reported_items(broken(), "reading test rows")
+            assert next(items) == 1
+            with pytest.raises(KeyError):
+                next(items)
+    [logged] = [r for r in caplog.records if "reading test rows" in r.getMessage()]
+    assert "unexpected KeyError" in logged.getMessage() and logged.exc_info is not None
+    refusal = reported_items(iter([InvalidArgument("bad input")]), "x")
+    assert isinstance(next(refusal), InvalidArgument)  # items are passed on, not raised

@@ -8,12 +8,13 @@ import contextlib
 import datetime as dt
 import decimal
 import itertools
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import changestream
@@ -77,6 +78,10 @@ def database(open_db: OpenDb, tmp_path: Path) -> changestream.Database:
 
 @PROPERTY
 @given(ctype=st.sampled_from(COLUMN_TYPES), how=st.sampled_from(sorted(WRITES)), value=values)
+# Values that once came back changed: a NaN selected as text, nanoseconds cut off.
+@example(ctype="FLOAT64", how="insert", value=math.nan)
+@example(ctype="FLOAT64", how="dml_update", value=-math.inf)
+@example(ctype="TIMESTAMP", how="insert", value="2024-01-01T00:00:00.123456789Z")
 def test_a_written_value_reads_back_equal_or_is_refused(
     database: changestream.Database, ctype: str, how: str, value: Any
 ) -> None:
@@ -95,16 +100,12 @@ def test_a_written_value_reads_back_equal_or_is_refused(
         return
     [(read,)] = database.read("T", [[key]], [column])
     assert same(read, value, ctype), (how, column, value, read)
+    [[selected]] = database.execute_sql(f"SELECT {column} FROM T WHERE K = @k", {"k": key})
+    assert same(selected, value, ctype), (how, column, value, selected)
 
 
 @PROPERTY
-# NULL keys are left out: reading, updating and deleting them is a known store bug (the
-# strict xfail in test_null_keys.py).
-@given(
-    ctype=st.sampled_from(KEY_TYPES),
-    value=values.filter(lambda v: v is not None),
-    dml=st.booleans(),
-)
+@given(ctype=st.sampled_from(KEY_TYPES), value=values, dml=st.booleans())
 def test_a_key_of_any_value_reads_back_by_that_key_or_is_refused(
     database: changestream.Database, ctype: str, value: Any, dml: bool
 ) -> None:

@@ -117,6 +117,31 @@ def test_every_update_carries_truncated_arrays(db: changestream.EmbeddedDatabase
     assert described == {"updatedFields": {"N": 2}, "removedFields": [], "truncatedArrays": []}
 
 
+def test_a_dropped_column_is_removed_by_the_first_update_of_each_row(
+    db: changestream.EmbeddedDatabase,
+) -> None:
+    with db.transaction() as tx:
+        tx.insert("Docs", ["Id", "N"], [[1, 10], [2, 20]])
+    with db.watch() as cursor:
+        db.execute_ddl("ALTER TABLE Docs DROP COLUMN N")
+        for value in ([1], [2], [3]):
+            with db.transaction() as tx:
+                tx.update("Docs", ["Id", "A"], [[1, value]])
+        with db.transaction() as tx:
+            tx.update("Docs", ["Id", "A"], [[2, [9]]])
+        db.execute_ddl("ALTER TABLE Docs ADD COLUMN N INT64")  # back: no longer removed
+        with db.transaction() as tx:
+            tx.update("Docs", ["Id", "A"], [[2, [8]]])
+        events = take(cursor, 5)
+    assert [(e["documentKey"]["Id"], e["updateDescription"]["removedFields"]) for e in events] == [
+        (1, ["N"]),
+        (1, []),
+        (1, []),
+        (2, ["N"]),
+        (2, []),
+    ]
+
+
 def test_an_array_that_only_shrank_is_truncated_not_updated(
     db: changestream.EmbeddedDatabase,
 ) -> None:
@@ -290,11 +315,15 @@ def test_remote_watch_has_the_same_fidelity(db: changestream.EmbeddedDatabase) -
                     tx.insert("Docs", ["Id", "A"], [[1, [1, 2, 3]]])
                 with db.transaction() as tx:
                     tx.update("Docs", ["Id", "A"], [[1, [1, 2]]])
-                created, inserted, updated = take(cursor, 3)
+                db.execute_ddl("ALTER TABLE Docs DROP COLUMN J")
+                with db.transaction() as tx:
+                    tx.update("Docs", ["Id", "N"], [[1, 5]])
+                created, inserted, updated, modified, after_drop = take(cursor, 5)
         finally:
             remote.close()
     assert [created["op"], inserted["op"], updated["op"]] == ["create", "insert", "update"]
     assert updated["desc"]["truncatedArrays"] == [{"field": "A", "newSize": 2}]
+    assert modified["op"] == "modify" and after_drop["desc"]["removedFields"] == ["J"]
 
 
 def test_a_remote_handle_commits_under_its_own_session(

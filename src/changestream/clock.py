@@ -56,6 +56,14 @@ def parse_ts(value: object, name: str = "timestamp") -> int:
     return us
 
 
+def _finer_than_micros(name: str, value: object) -> str:
+    # Truncating would change the value without a word; the store keeps microseconds.
+    return (
+        f"{name} has more precision than microseconds: {value!r}; timestamps are kept to "
+        "the microsecond (6 fractional digits), so round it first"
+    )
+
+
 def _parse_ts(value: object, name: str) -> int:
     if isinstance(value, bool):
         raise InvalidArgument(f"{name} must be a timestamp, got {value!r}")
@@ -64,6 +72,8 @@ def _parse_ts(value: object, name: str) -> int:
     if isinstance(value, dt.datetime):
         if value.utcoffset() is None:
             raise InvalidArgument(f"{name} must be timezone-aware (UTC), got naive {value!r}")
+        if getattr(value, "nanosecond", 0):  # a pandas Timestamp carries nanoseconds
+            raise InvalidArgument(_finer_than_micros(name, value))
         delta = value - _EPOCH
         return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
     if isinstance(value, str):
@@ -82,6 +92,8 @@ def _parse_ts(value: object, name: str) -> int:
             raise InvalidArgument(
                 f"{name} is not a valid date/time: {value!r} ({exc}); allowed: {_RANGE_TEXT}"
             ) from exc
+        if frac and frac[6:].strip("0"):
+            raise InvalidArgument(_finer_than_micros(name, value))
         micros = int((frac or "").ljust(6, "0")[:6])
         us = _parse_ts(moment, name) + micros
         if zone and zone.upper() != "Z":

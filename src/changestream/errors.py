@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from typing import ParamSpec, TypeVar
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
+_T = TypeVar("_T")
 
 
 class ChangeStreamError(Exception):
@@ -97,6 +98,19 @@ def reported(function: Callable[_P, _R]) -> Callable[_P, _R]:
             raise
 
     return call
+
+
+def reported_items(items: Iterable[_T], where: str) -> Iterator[_T]:
+    """``items`` (produced lazily, so outside the entry point that returned them) with the
+    same rule as :func:`reported`: an exception that is not a :class:`ChangeStreamError`
+    is logged once as a bug and raised on."""
+    try:
+        yield from items
+    except ChangeStreamError:
+        raise
+    except Exception as exc:
+        _report(exc, where)
+        raise
 
 
 def _report(exc: Exception, where: str) -> None:

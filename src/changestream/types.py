@@ -312,6 +312,11 @@ def from_sqlite(ctype: ColumnType, stored: Any) -> Any:
     return [_from_json(element, item) for item in orjson.loads(stored)]
 
 
+def from_json_value(ctype: ColumnType, value: Any) -> Any:
+    """A change-record JSON value (see :func:`to_json_value`) back in Python form."""
+    return _from_json(ctype, value)
+
+
 def _from_json(ctype: ColumnType, value: Any) -> Any:
     if value is None:
         return None

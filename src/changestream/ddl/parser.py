@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
+from changestream.ddl.defaults import Default, parse_default
 from changestream.ddl.schema import (
     BOOLEAN_STREAM_OPTIONS,
     DEFAULT_RETENTION_SECONDS,
@@ -40,7 +41,7 @@ from changestream.ddl.schema import (
     StreamTarget,
     Table,
 )
-from changestream.errors import DDLError
+from changestream.errors import DDLError, InvalidArgument
 from changestream.types import SCALAR_CODES, ColumnType
 
 __all__ = ["parse_ddl"]
@@ -83,7 +84,7 @@ _QUOTED_NAME = re.compile(r"`([^`\n]*)`")
 # A backslash takes the next character literally: option values never need control characters.
 _STRING = re.compile(r"""'((?:[^'\\\n]|\\.)*)'|"((?:[^"\\\n]|\\.)*)\"""")
 _ESCAPE = re.compile(r"\\(.)")
-_PUNCTUATION = frozenset("(),;<>=-")
+_PUNCTUATION = frozenset("(),;<>=-.[]+*/")
 
 _TokenKind = Literal["word", "name", "string", "integer", "punct", "end"]
 
@@ -357,17 +358,19 @@ class _Parser:
         self._expect_punct(")")
         return RowDeletionPolicy(column, days)
 
-    def _column(self, name: str, ordinal: int, allow_default: bool = False) -> Column:
+    def _column(self, name: str, ordinal: int, allow_default: bool = True) -> Column:
         column_type = self._column_type()
         not_null = False
         if self._accept_keyword("NOT"):
             self._expect_keyword("NULL")
             not_null = True
-        default = None
+        default = Default()
         if self._at_keyword("DEFAULT"):
             if not allow_default:
                 raise self._error(
-                    "DEFAULT is supported in ALTER TABLE ... ADD COLUMN only", self._token
+                    "DEFAULT is set with CREATE TABLE or ALTER TABLE ... ADD COLUMN, not with "
+                    "ALTER COLUMN",
+                    self._token,
                 )
             self._advance()
             default = self._default(name, column_type)
@@ -387,41 +390,34 @@ class _Parser:
                         option,
                     )
                 allow_commit_timestamp = self._bool_option(option, value)
-        return Column(name, column_type, ordinal, not_null, allow_commit_timestamp, default)
+        return Column(
+            name,
+            column_type,
+            ordinal,
+            not_null,
+            allow_commit_timestamp,
+            default.value,
+            default.function,
+        )
 
-    def _default(self, column: str, column_type: ColumnType) -> object:
-        """``( literal )``: an integer, string, TRUE/FALSE or NULL fitting the column's type."""
-        self._expect_punct("(", "'(' and a literal after DEFAULT")
-        token = self._token
-        negative = self._accept_punct("-")
-        value: object
-        code = column_type.code
-        if self._token.kind == "integer" and code in ("INT64", "FLOAT64"):
-            number = int(self._advance().value) * (-1 if negative else 1)
-            if code == "INT64" and not -(2**63) <= number < 2**63:
-                raise self._error(f"DEFAULT {number} is out of range for INT64", token)
-            value = float(number) if code == "FLOAT64" else number
-        elif negative:
-            raise self._unexpected(f"a number after '-' in the DEFAULT of column {column!r}")
-        elif self._token.kind == "string" and code == "STRING":
-            value = self._advance().value
-            if column_type.length is not None and len(value) > column_type.length:
-                raise self._error(f"DEFAULT is longer than {column_type}", token)
-        elif self._at_keyword("TRUE") or self._at_keyword("FALSE"):
-            if code != "BOOL":
-                raise self._error(f"DEFAULT {token.value} does not fit {column_type}", token)
-            value = self._advance().value.upper() == "TRUE"
-        elif self._accept_keyword("NULL"):
-            value = None
-        else:
-            raise self._error(
-                f"DEFAULT of column {column!r} ({column_type}) must be a literal of its type "
-                "(an integer for INT64/FLOAT64, a string for STRING, TRUE/FALSE for BOOL, or "
-                "NULL); expressions are not supported",
-                token,
-            )
-        self._expect_punct(")")
-        return value
+    def _default(self, column: str, column_type: ColumnType) -> Default:
+        """``( expression )``, read by :func:`changestream.ddl.defaults.parse_default`."""
+        self._expect_punct("(", "'(' and an expression after DEFAULT")
+        first = self._token
+        depth = 0
+        while not (depth == 0 and self._at_punct(")")):
+            if self._at_end():
+                raise self._unexpected(f"')' closing the DEFAULT of column {column!r}")
+            depth += 1 if self._at_punct("(") else -1 if self._at_punct(")") else 0
+            self._advance()
+        if self._token is first:
+            raise self._unexpected(f"an expression in the DEFAULT of column {column!r}")
+        text = self._text[first.pos : self._token.pos].strip()
+        self._advance()
+        try:
+            return parse_default(text, column_type, column)
+        except InvalidArgument as exc:
+            raise self._error(str(exc), first) from exc
 
     def _column_type(self, in_array: bool = False) -> ColumnType:
         token = self._token
@@ -507,14 +503,14 @@ class _Parser:
             self._expect_keyword("COLUMN", f"COLUMN after ALTER TABLE {name} ADD")
             if_not_exists = self._if_not_exists()
             column = self._name("column name").value
-            return AddColumn(name, self._column(column, 0, allow_default=True), if_not_exists)
+            return AddColumn(name, self._column(column, 0), if_not_exists)
         if self._accept_keyword("DROP"):
             self._expect_keyword("COLUMN", f"COLUMN after ALTER TABLE {name} DROP")
             return DropColumn(name, self._name("column name").value)
         if self._accept_keyword("ALTER"):
             self._expect_keyword("COLUMN", f"COLUMN after ALTER TABLE {name} ALTER")
             column = self._name("column name").value
-            return AlterColumn(name, self._column(column, 0))
+            return AlterColumn(name, self._column(column, 0, allow_default=False))
         self._expect_keyword(
             "RENAME", f"RENAME TO, ADD COLUMN, DROP COLUMN or ALTER COLUMN after ALTER TABLE {name}"
         )

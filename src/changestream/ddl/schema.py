@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from changestream.types import ColumnType
+from changestream.types import ColumnType, from_json_value, to_json_value
 
 VALUE_CAPTURE_TYPES = ("OLD_AND_NEW_VALUES", "NEW_VALUES", "NEW_ROW", "NEW_ROW_AND_OLD_VALUES")
 #: The full new row and the full old row of every change, for the engine's own streams (watch()
@@ -35,9 +35,12 @@ class Column:
     ordinal: int
     not_null: bool = False
     allow_commit_timestamp: bool = False
-    #: The value a new row gets when a write leaves the column out (``DEFAULT (literal)``): a
-    #: bool, int, str or None, in the column's Python form.
+    #: The value a new row gets when a write leaves the column out (``DEFAULT (literal)``),
+    #: normalized to the column's Python form.
     default: Any = None
+    #: A function a new row's value comes from instead (``DEFAULT (CURRENT_TIMESTAMP())``,
+    #: see :mod:`changestream.ddl.defaults`); None for a constant default.
+    default_function: str | None = None
 
     def to_catalog(self) -> dict[str, Any]:
         out = {
@@ -48,7 +51,9 @@ class Column:
             "allow_commit_timestamp": self.allow_commit_timestamp,
         }
         if self.default is not None:
-            out["default"] = self.default
+            out["default"] = to_json_value(self.type, self.default)
+        if self.default_function is not None:
+            out["default_function"] = self.default_function
         return out
 
     @staticmethod
@@ -59,7 +64,8 @@ class Column:
             ordinal=data["ordinal"],
             not_null=data["not_null"],
             allow_commit_timestamp=data["allow_commit_timestamp"],
-            default=data.get("default"),
+            default=from_json_value(ColumnType.from_json(data["type"]), data.get("default")),
+            default_function=data.get("default_function"),
         )
 
 

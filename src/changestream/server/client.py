@@ -44,6 +44,7 @@ from changestream.errors import (
     FailedPrecondition,
     InvalidArgument,
     Unavailable,
+    reported_items,
 )
 from changestream.retry import reconnecting
 from changestream.server import api, models
@@ -408,7 +409,7 @@ class RemoteDatabase:
             read_options=encode(read_options),
         )
         response = self._open_stream("read_change_stream", body, reconnect=False)
-        return self._records(body, response)
+        return reported_items(self._records(body, response), "reading a remote change stream")
 
     def _records(
         self, body: models.ReadChangeStreamRequest, response: httpx.Response

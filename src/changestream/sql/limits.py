@@ -1,4 +1,5 @@
-"""Bounds on the work one SQL statement may cause: text size, nesting, parse time, run time.
+"""Bounds on the work one SQL statement may cause: text size, nesting, parse time, run time
+and steps.
 
 sqlglot's parser backtracks, so some malformed statements take time exponential in their
 length, and it recurses once per nesting level; SQLite runs a query as long as it takes.
@@ -34,6 +35,9 @@ class SqlLimits:
     parse_seconds: float = 2.0
     #: Longest time SQLite may spend running one statement (SELECT or DML).
     execute_seconds: float = 30.0
+    #: Most SQLite virtual-machine instructions one statement may run (a query that scans a
+    #: million rows takes some tens of millions).
+    max_steps: int = 2_000_000_000
 
 
 DEFAULT_LIMITS = SqlLimits()

@@ -24,10 +24,14 @@ from changestream.ddl.schema import (
     RowDeletionPolicy,
     Table,
 )
-from changestream.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
+from changestream.errors import AlreadyExists, FailedPrecondition, NotFound
 from changestream.store.keys import quote
-from changestream.store.sqlite_layout import create_table_sql, declared_type, key_index_sql
-from changestream.types import to_sqlite
+from changestream.store.sqlite_layout import (
+    create_table_sql,
+    declared_type,
+    default_sql,
+    key_index_sql,
+)
 
 _MAX_COLUMNS = 1024
 _UNINDEXABLE = frozenset({"ARRAY", "JSON"})
@@ -46,7 +50,7 @@ def add_column(conn: sqlite3.Connection, table: Table, statement: AddColumn) -> 
         raise FailedPrecondition(f"table {table.name!r} has {_MAX_COLUMNS} columns already")
     column = replace(column, ordinal=len(table.columns) + 1)
     altered = replace(table, columns=(*table.columns, column))
-    if column.not_null and column.default is None:
+    if column.not_null and column.default is None and column.default_function is None:
         if _has_rows(conn, table):
             raise FailedPrecondition(
                 f"cannot add NOT NULL column {column.name!r} to table {table.name!r}, which "
@@ -54,11 +58,14 @@ def add_column(conn: sqlite3.Connection, table: Table, statement: AddColumn) -> 
             )
         _rebuild(conn, table, altered)
         return altered
+    if column.default_function is not None:
+        # SQLite's ADD COLUMN takes constant defaults only; the copy fills every row.
+        _rebuild(conn, table, altered)
+        return altered
     definition = f"{quote(column.name)} {declared_type(column.type)}"
     if column.not_null:
         definition += " NOT NULL"
-    if column.default is not None:
-        definition += f" DEFAULT {_literal(to_sqlite(column.type, column.default))}"
+    definition += default_sql(column)
     conn.execute(f"ALTER TABLE {quote(table.name)} ADD COLUMN {definition}")
     return altered
 
@@ -240,14 +247,3 @@ def _rebuild(conn: sqlite3.Connection, table: Table, altered: Table) -> None:
         conn.execute(key_index)
     for index in altered.indexes:
         create_index(conn, replace(altered, indexes=()), index)
-
-
-def _literal(value: object) -> str:
-    """A SQLite literal of a stored value (defaults are ints, floats, text or NULL)."""
-    if value is None:
-        return "NULL"
-    if isinstance(value, str):
-        return "'" + value.replace("'", "''") + "'"
-    if isinstance(value, int | float):
-        return repr(value)
-    raise InvalidArgument(f"DEFAULT {value!r} is not supported")

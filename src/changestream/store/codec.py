@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 from operator import itemgetter, ne
 from typing import Any
 
+from changestream.ddl.defaults import generated_value
 from changestream.ddl.schema import Column, Table
 from changestream.errors import InvalidArgument
 from changestream.types import COMMIT_TIMESTAMP, normalize, to_sqlite
@@ -81,6 +82,21 @@ class RowCodec:
         self.key_positions = tuple(columns.index(k) for k in table.primary_key)
         self.covers_all_columns = len(columns) == len(table.columns)
         self.may_hold_commit_timestamp = any(c.allow_commit_timestamp for c in chosen)
+        #: Columns with a generated DEFAULT that these writes leave out.
+        self.generated = tuple(
+            c for c in table.columns if c.default_function is not None and c.name not in columns
+        )
+
+    def with_generated(self, rows: list[tuple[Any, ...]]) -> tuple[RowCodec, list[tuple[Any, ...]]]:
+        """New rows with a fresh value for each generated DEFAULT they leave out, and the
+        codec for the wider rows (so the change record holds the values the rows got)."""
+        if not self.generated:
+            return self, rows
+        wider = RowCodec(self.table, (*self.columns, *(c.name for c in self.generated)))
+        functions = [c.default_function for c in self.generated]
+        return wider, [
+            (*row, *(generated_value(f) for f in functions if f is not None)) for row in rows
+        ]
 
     def rows(self, values: Sequence[Sequence[Any]]) -> list[tuple[Any, ...]]:
         """Validated rows in canonical Python form.

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from changestream.errors import DatabaseBusy, DatabaseClosed, InvalidArgument
-from changestream.store.sqlite_layout import register_converters
+from changestream.store.sqlite_layout import register_converters, register_functions
 
 DURABILITY_MODES = {"normal": "NORMAL", "full": "FULL"}
 
@@ -60,6 +60,7 @@ class ConnectionPool:
         with translate_busy(self.busy_timeout):
             conn.execute("PRAGMA journal_mode=WAL")
         conn.execute(f"PRAGMA synchronous={self._synchronous}")
+        register_functions(conn)
         self._local.conn = conn
         return conn
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextvars
+import math
 import re
 import sqlite3
 
+from changestream.ddl.defaults import generated_stored
 from changestream.ddl.schema import Column, Table
 from changestream.store.keys import quote
 from changestream.types import SCALAR_CODES, ColumnType, from_sqlite, to_sqlite
@@ -137,10 +139,36 @@ def create_table_sql(table: Table) -> str:
         return declared_type(column.type)
 
     columns = [
-        f"{quote(c.name)} {declared(c)}{' NOT NULL' if c.not_null else ''}" for c in table.columns
+        f"{quote(c.name)} {declared(c)}{' NOT NULL' if c.not_null else ''}{default_sql(c)}"
+        for c in table.columns
     ]
     key = ", ".join(quote(name) for name in table.primary_key)
     return f"CREATE TABLE {quote(table.name)} ({', '.join(columns)}, PRIMARY KEY ({key}))"
+
+
+#: The SQLite function a generated DEFAULT calls (registered on every connection).
+DEFAULT_FUNCTION = "_cs_default"
+
+
+def default_sql(column: Column) -> str:
+    """`` DEFAULT ...`` for the column's DEFAULT, or empty text when it has none."""
+    if column.default_function is not None:
+        return f" DEFAULT ({DEFAULT_FUNCTION}({_literal(column.default_function)}))"
+    if column.default is None:
+        return ""
+    return f" DEFAULT {_literal(to_sqlite(column.type, column.default))}"
+
+
+def _literal(value: object) -> str:
+    """A SQLite literal of a stored value."""
+    if isinstance(value, str):
+        return "'" + value.replace("'", "''") + "'"
+    if isinstance(value, bytes):
+        return f"x'{value.hex()}'"
+    if isinstance(value, float) and not math.isfinite(value):
+        return "1e999" if value > 0 else "-1e999"
+    assert isinstance(value, int | float), value
+    return repr(value)
 
 
 # What a NULL key part stands for in the key index: a blob in a column of text, text elsewhere.
@@ -185,6 +213,11 @@ def _converter(ctype: ColumnType) -> object:
         return value
 
     return convert
+
+
+def register_functions(conn: sqlite3.Connection) -> None:
+    """The functions user tables' definitions call (a generated DEFAULT's)."""
+    conn.create_function(DEFAULT_FUNCTION, 1, generated_stored)
 
 
 def register_converters() -> None:

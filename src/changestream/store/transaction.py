@@ -22,7 +22,7 @@ from changestream.errors import (
 )
 from changestream.sql.limits import SqlLimits
 from changestream.sql.statements import DmlStatement, parse_statement
-from changestream.store.budget import time_budget
+from changestream.store.budget import StatementBudget
 from changestream.store.changes import CommitContext, InsertBatch, RowChange
 from changestream.store.codec import RowCodec
 from changestream.store.database import WriteContext
@@ -104,6 +104,7 @@ class ChangeTracker:
             _overwrite(change, after, written)
 
     def insert(self, codec: RowCodec, rows: list[tuple[Any, ...]]) -> None:
+        codec, rows = codec.with_generated(rows)
         table, columns = codec.table, codec.columns
         sql = (
             f"INSERT INTO {quote(table.name)} ({', '.join(quote(c) for c in columns)}) "
@@ -329,7 +330,7 @@ def _run_dml(
     tracked table) and the rows it wrote, or a changestream error."""
     names = [c.name for c in table.columns]
     try:
-        with time_budget(conn, limits.execute_seconds, statement.kind):
+        with StatementBudget(limits, statement.kind).running(conn):
             old_rows: list[tuple[Any, ...]] = []
             if statement.kind == "UPDATE" and tracked:
                 assert statement.select_old_sql is not None
@@ -365,11 +366,14 @@ def _written_rows(table: Table, cursor: sqlite3.Cursor, kind: str) -> list[tuple
         cursor.close()
     names = [c.name for c in table.columns]
     rows = restore_nans(table, names, rows)
-    if kind != "DELETE":
-        for row in rows:
-            for column, value in zip(table.columns, row, strict=True):
-                normalize(column.type, value, column.name)
-    return rows
+    if kind == "DELETE":
+        return rows
+    # Normalized, not just checked: a whole FLOAT64 comes back from SQLite as an int.
+    columns = table.columns
+    return [
+        tuple([normalize(c.type, v, c.name) for c, v in zip(columns, row, strict=True)])
+        for row in rows
+    ]
 
 
 def _assign_splits(

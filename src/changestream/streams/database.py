@@ -16,8 +16,10 @@ from changestream.errors import (
     NotFound,
     OutOfRange,
     reported,
+    reported_items,
 )
 from changestream.sql.limits import DEFAULT_LIMITS, SqlLimits
+from changestream.sql.result_types import with_float_nans
 from changestream.sql.statements import (
     DmlStatement,
     ReadFunctionCall,
@@ -81,7 +83,7 @@ class ResultSet:
 
     def __init__(self, fields: list[str], rows: Iterator[list[Any]]) -> None:
         self.fields = fields
-        self._rows = rows
+        self._rows = reported_items(rows, "iterating a query's rows")
 
     def __iter__(self) -> Iterator[list[Any]]:
         return self._rows
@@ -179,7 +181,7 @@ class EmbeddedDatabase(Store):
             heartbeat_milliseconds,
             read_options,
         )
-        return iter(ChangeStreamReader(self, request))
+        return reported_items(ChangeStreamReader(self, request), "reading a change stream")
 
     @reported
     def execute_sql(
@@ -225,9 +227,9 @@ class EmbeddedDatabase(Store):
             tables,
             sandbox,
             translate,
-            self.sql_limits.execute_seconds,
+            self.sql_limits,
         )
-        return ResultSet(fields, rows)
+        return ResultSet(fields, with_float_nans(rows, statement.sql, tables, len(fields)))
 
     def _partitions(self, stream: str, pick: Callable[[int], list[Split]]) -> list[Partition]:
         entry = self.catalog().stream(stream)

@@ -7,8 +7,8 @@ defines) and call functions from an allow-list, nothing else: no system tables (
 of virtual-machine steps and of seconds spent stepping, and stops it once ``cancelled()``
 says nobody waits for the answer. Rows come lazily, in batches, up to ``max_rows``.
 
-Without a sandbox the same code runs the statement lazily and unguarded (embedded callers
-trust their own SQL).
+Without a sandbox the same code runs the statement lazily, held only to the database's
+``SqlLimits`` (embedded callers trust their own SQL, but a runaway query still ends).
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from changestream.errors import ChangeStreamError, InvalidArgument, ResourceExhausted
-from changestream.store.budget import time_budget
+from changestream.sql.limits import SqlLimits
+from changestream.store.budget import StatementBudget
 
 #: Rows fetched from SQLite at a time.
 BATCH = 256
@@ -151,18 +152,19 @@ def run_select(
     tables: Collection[str],
     sandbox: SqlSandbox | None,
     translate: Callable[[sqlite3.Error], ChangeStreamError],
-    execute_seconds: float | None = None,
+    limits: SqlLimits | None = None,
 ) -> tuple[list[str], Iterator[list[Any]]]:
     """(column names, rows) of a SELECT, rows fetched lazily; ``translate`` turns SQLite's
     errors into the engine's (a refusal or a spent budget says so itself). Without a sandbox,
-    each step (the first rows, then each batch) may run ``execute_seconds``."""
+    the statement is held to ``limits`` (time and steps), counted over all its batches."""
     guard = None if sandbox is None else _Guard(tables, sandbox)
+    budget = None if limits is None else StatementBudget(limits, "the query")
 
     @contextmanager
     def step(preparing: bool) -> Iterator[None]:
         try:
-            if guard is None and execute_seconds is not None:
-                with time_budget(conn, execute_seconds, "the query"):
+            if guard is None and budget is not None:
+                with budget.running(conn):
                     yield
             elif guard is None:
                 yield

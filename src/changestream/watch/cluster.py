@@ -18,7 +18,7 @@ import zlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from changestream.errors import InvalidArgument, InvalidToken
+from changestream.errors import InvalidArgument, InvalidToken, reported
 from changestream.streams.interface import Database
 from changestream.watch.cursor import ChangeStreamCursor
 from changestream.watch.events import Document
@@ -150,6 +150,7 @@ class ClusterChangeStreamCursor(CursorIteration):
 
     # -- the cursor protocol ------------------------------------------------------------------
 
+    @reported
     def try_next(self) -> Document | None:
         """The next event in the merged order, or None if none within ``max_await_time_ms``."""
         deadline = time.monotonic() + self._max_await_s

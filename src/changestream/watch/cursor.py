@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from changestream.clock import format_ts
-from changestream.errors import InvalidArgument, OutOfRange
+from changestream.errors import InvalidArgument, OutOfRange, reported
 from changestream.streams.interface import Database
 from changestream.streams.records import DataChangeRecord
 from changestream.watch.events import INVALIDATING, Document, Event, EventBuilder
@@ -83,6 +83,7 @@ class ChangeStreamCursor(CursorIteration):
 
     # -- the cursor protocol ------------------------------------------------------------------
 
+    @reported
     def try_next(self) -> Document | None:
         """The next event, or None if none arrived within ``max_await_time_ms``."""
         if self._closed:

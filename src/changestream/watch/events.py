@@ -57,6 +57,41 @@ _EXPANDED = frozenset({"CREATE_TABLE", "ALTER_TABLE", "CREATE_INDEX", "DROP_INDE
 TABLE_EVENTS = INVALIDATING | _EXPANDED
 
 
+class _DroppedColumns:
+    """Columns dropped from tables while a cursor watched them. In MongoDB a field leaves each
+    document by an update of that document; here the first update event of each row after a
+    DROP COLUMN lists the column in ``removedFields`` (as seen by this cursor: one resumed
+    after the drop did not see it)."""
+
+    def __init__(self) -> None:
+        #: table -> dropped column -> keys of the rows whose update has listed it.
+        self._tables: dict[str, dict[str, set[tuple[Any, ...]]]] = {}
+
+    def note(self, record: DataChangeRecord) -> None:
+        if record.mod_type in INVALIDATING:
+            self._tables.pop(record.table_name, None)
+        if record.mod_type != "ALTER_TABLE":
+            return
+        columns = self._tables.setdefault(record.table_name, {})
+        for mod in record.mods:
+            action, column = mod.new_values.get("action"), str(mod.new_values.get("column"))
+            if action == "DROP COLUMN":
+                columns[column] = set()
+            elif action == "ADD COLUMN":
+                columns.pop(column, None)
+
+    def removed(self, table: str, keys: Mapping[str, Any]) -> list[str]:
+        """The dropped columns an update of the row ``keys`` has not yet listed."""
+        columns = self._tables.get(table)
+        if not columns:
+            return []
+        key = tuple(sorted(keys.items()))
+        fresh = [column for column, listed in columns.items() if key not in listed]
+        for column in fresh:
+            columns[column].add(key)
+        return fresh
+
+
 class EventBuilder:
     """Turns records into events for one cursor's options."""
 
@@ -67,10 +102,12 @@ class EventBuilder:
         self._before = options.full_document_before_change != "off"
         self._expanded = options.show_expanded_events
         self._null_as_missing = options.null_as_missing
+        self._dropped = _DroppedColumns()
 
     def events(self, record: DataChangeRecord, key: tuple[int, int, int]) -> list[Event]:
         """The record's events with their resume tokens, in order (``key``: its place in
         commit order, see :func:`changestream.watch.merge.record_key`)."""
+        self._dropped.note(record)
         if record.mod_type in _EXPANDED and not self._expanded:
             return []
         commit_ts, transaction, sequence = key
@@ -125,9 +162,9 @@ class EventBuilder:
     ) -> None:
         event["documentKey"] = dict(mod.keys)
         if operation == "update":
-            event["updateDescription"] = update_description(
-                mod.old_values, mod.new_values, self._null_as_missing
-            )
+            description = update_description(mod.old_values, mod.new_values, self._null_as_missing)
+            description["removedFields"] += self._dropped.removed(record.table_name, mod.keys)
+            event["updateDescription"] = description
             if self._full_document == "updateLookup":
                 event["fullDocument"] = self._document(self._lookup(record, mod))
             elif self._full_document != "default":
