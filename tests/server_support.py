@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import select
 import socket
@@ -14,6 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
+import jsonschema_rs
 
 import changestream
 from changestream.server import (
@@ -24,6 +26,7 @@ from changestream.server import (
     create_app,
     serve_in_thread,
 )
+from changestream.server.openapi import openapi_document
 
 #: The scope each endpoint needs, written down here as the README documents it (read: reads,
 #: SQL, streams; write: transactions, leases, system documents; admin: DDL, split/merge, split
@@ -199,3 +202,19 @@ class Proxy:
         self._stopped = True
         self._listener.close()
         self.cut()
+
+
+@functools.cache
+def _document() -> dict[str, Any]:
+    return openapi_document()
+
+
+def response_validator(method: str, path: str) -> Any:
+    """A validator of the 200 answer of an operation (of each line, for NDJSON), or None for
+    one that is not JSON."""
+    content = _document()["paths"][path][method.lower()]["responses"]["200"]["content"]
+    media, described = next(iter(content.items()))
+    if "json" not in media or "schema" not in described:
+        return None
+    schema = {**described["schema"], "components": _document()["components"]}
+    return jsonschema_rs.validator_for(schema)

@@ -12,7 +12,7 @@ from click.testing import CliRunner, Result
 
 import changestream
 from changestream.cli import main
-from changestream.datastream import StreamCatalog
+from changestream.datastream import StreamCatalog, StreamDefinition
 
 SCHEMA = [
     "CREATE TABLE Orders (Id INT64 NOT NULL, Item STRING(MAX)) PRIMARY KEY (Id)",
@@ -76,13 +76,15 @@ def test_lifecycle_through_the_cli(target: tuple[str, changestream.EmbeddedDatab
     )  # fmt: skip
     assert out == "created stream orders (Not started), objects: shop_Orders\n"
     ok("streams", "create", "users", "--db", db_arg, "--change-stream", "Everything",
-       "--destination", "out2", "--include", "Users,Orders")  # fmt: skip
+       "--destination", "out2", "--include", "Users,Orders",
+       "--replica", "out2/replica", "--replica-dropped-columns", "drop")  # fmt: skip
     listed = lines(ok("streams", "list", "--db", db_arg, "--json"))
     assert [(s["name"], s["state"]) for s in listed] == [
         ("orders", "Not started"),
         ("users", "Not started"),
     ]
     assert listed[0]["definition"]["format"] == "avro"
+    assert [s["definition"]["replica_dropped_columns"] for s in listed] == ["keep", "drop"]
     assert listed[0]["definition"]["database"] == db_arg
     table = ok("streams", "list", "--db", db_arg)
     assert "orders" in table and "Not started" in table and "out/replica" in table
@@ -133,6 +135,13 @@ def test_cli_errors(target: tuple[str, changestream.EmbeddedDatabase]) -> None:
     )  # fmt: skip
     result = run(*base, "--change-stream", "Everything", "--format", "csv")
     assert result.exit_code == 2 and "'csv' is not one of 'json', 'avro'" in result.output
+    result = run(*base, "--change-stream", "Everything", "--replica-dropped-columns", "hide")
+    assert result.exit_code == 2 and "'hide' is not one of 'keep', 'drop'" in result.output
+    with pytest.raises(changestream.InvalidArgument, match="replica_dropped_columns must be"):
+        StreamDefinition(
+            name="s", database="x.db", change_stream="C", destination="o",
+            replica_dropped_columns="hide",
+        )  # fmt: skip
     assert "stream 'ghost' does not exist" in fails("streams", "start", "ghost", "--db", db_arg)
 
 

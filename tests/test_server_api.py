@@ -36,7 +36,7 @@ from changestream.errors import (
 from changestream.server import Databases, NoAuth, create_app, serve_in_thread
 from changestream.server.values import decode, encode
 from tests.conftest import ACCOUNT_BALANCE
-from tests.server_support import EXPECTED_SCOPES, serving
+from tests.server_support import EXPECTED_SCOPES, response_validator, serving
 
 TYPES = (
     "CREATE TABLE V (K STRING(MAX) NOT NULL, Ts TIMESTAMP OPTIONS (allow_commit_timestamp = true),"
@@ -494,3 +494,65 @@ def test_stream_client_workers_over_remote_databases(tmp_path: Path) -> None:
     assert sorted(seen) == sorted(expected)
     for key in range(30):
         assert [v for k, v in seen if k == key] == [v for k, v in expected if k == key]
+
+
+def test_answers_and_stream_lines_fit_the_declared_schemas(
+    pair: tuple[changestream.EmbeddedDatabase, changestream.Database],
+) -> None:
+    """Every kind of answer, checked against /openapi.json by an independent validator: the
+    hand-rendered record lines included (they skip the models for speed)."""
+    embedded, remote = pair
+    base = remote.url.rsplit("/", 1)[0] + "/v1/databases/pair"  # type: ignore[attr-defined]
+    embedded.execute_ddl(
+        [
+            "CREATE INDEX ByI ON V (I DESC) STORING (F)",
+            "ALTER TABLE V ADD COLUMN Made TIMESTAMP DEFAULT (CURRENT_TIMESTAMP())",
+            "CREATE CHANGE STREAM Part FOR V(I, F) OPTIONS (exclude_delete = true)",
+        ]
+    )
+    start = min(p.start_timestamp for p in embedded.partition_history("S"))
+    with remote.transaction() as tx:
+        tx.insert("V", COLUMNS, [["a", COMMIT_TIMESTAMP, b"x", None, None, {"j": [1]}, [1, None],
+                                  1.5, True, 7, ["t"]]])  # fmt: skip
+    with remote.transaction() as tx:
+        tx.update("V", ["K", "F"], [["a", float("nan")]])
+        tx.delete("V", [["a"]])
+    embedded.split_at("V", ["m"])
+    lease = Lease("partition", "p1", parent_shard_ids=("p0",))
+    remote.leases("S", "group").insert_if_absent(lease)
+    headers = {"content-type": "application/json"}
+    checked = 0
+
+    def fits(method: str, path: str, answer: Any) -> None:
+        nonlocal checked
+        validator = response_validator(method, "/v1/databases/{database}" + path)
+        errors = [e.message for e in validator.iter_errors(answer)]
+        assert not errors, (path, answer, errors[:3])
+        checked += 1
+
+    for path in ("/tables", "/change_streams", "/split_policy", "/streams/S/partitions"):
+        fits("GET", path.replace("/streams/S", "/streams/{stream}"), httpx.get(base + path).json())
+    leases = httpx.post(base + "/streams/S/leases/list", json={"consumer": "group"}).json()
+    assert leases["leases"][0]["parent_shard_ids"] == ["p0"]
+    fits("POST", "/streams/{stream}/leases/list", leases)
+    end = embedded.now()
+    kinds = set()
+    reads = [
+        (None, start),
+        *((p.token, p.start_timestamp) for p in embedded.partition_history("S")),
+    ]
+    for token, begin in reads:
+        body = {"stream": "S", "start_timestamp": begin, "end_timestamp": end}
+        response = httpx.post(
+            base + "/read_change_stream", json={**body, "partition_token": token}, headers=headers
+        )
+        assert response.status_code == 200, response.text
+        for line in response.content.splitlines():
+            answer = orjson.loads(line)
+            kinds.add(answer["type"])
+            fits("POST", "/read_change_stream", answer)
+    assert {"data_change_record", "child_partitions_record", "end"} <= kinds
+    sql = httpx.post(base + "/sql", json={"sql": "SELECT * FROM V"}, headers=headers)
+    for line in sql.content.splitlines():
+        fits("POST", "/sql", orjson.loads(line))
+    assert checked > 10

@@ -13,6 +13,7 @@ import pytest
 
 import changestream
 from changestream.datastream.catalog import StreamCatalog
+from changestream.errors import PermissionDenied
 from changestream.server import TokenFile, create_token
 from tests.conftest import ACCOUNT_BALANCE
 from tests.server_support import serving
@@ -96,3 +97,35 @@ def test_each_verb_needs_its_scope_and_a_valid_body(site: Site, tmp_path: Path) 
     unknown = {"definition": {**definition("x", tmp_path), "colour": "red"}}
     wrong = site.call("POST", STREAMS, unknown, scope="admin")
     assert wrong.status_code == 400 and "colour" in wrong.json()["error"]["message"]
+
+
+def test_the_remote_client_drives_the_stream_resources(site: Site, tmp_path: Path) -> None:
+    from changestream.datastream import StreamDefinition
+
+    admin = changestream.connect(site.url + "/bank", token=site.tokens["admin"])
+    reader = changestream.connect(site.url + "/bank", token=site.tokens["read"])
+    writer = changestream.connect(site.url + "/bank", token=site.tokens["write"])
+    try:
+        made = admin.create_stream(StreamDefinition(**definition("viaclient", tmp_path)))
+        assert (made.name, made.state) == ("viaclient", "Not started")
+        assert made.definition.replica_dropped_columns == "keep"
+        assert [s.name for s in reader.list_streams()] == ["viaclient"]
+        described = reader.describe_stream("viaclient")
+        assert described.state == "Not started" and described.definition.change_stream == "Bank"
+        assert described.pipeline is None and described.lag_seconds is None
+        with pytest.raises(PermissionDenied):
+            reader.change_stream_state("viaclient", "start")
+        assert writer.change_stream_state("viaclient", "start") == "Starting"
+        with pytest.raises(changestream.FailedPrecondition, match="Starting"):
+            writer.change_stream_state("viaclient", "start")
+        with pytest.raises(changestream.InvalidArgument, match="verb"):
+            writer.change_stream_state("viaclient", "explode")
+        assert writer.change_stream_state("viaclient", "pause") == "Paused"
+        with pytest.raises(changestream.InvalidArgument, match="colour"):
+            admin.create_stream({**definition("bad", tmp_path), "colour": "red"})
+    finally:
+        admin.delete_stream("viaclient")
+        for handle in (admin, reader, writer):
+            handle.close()
+    with pytest.raises(changestream.NotFound, match="does not exist"):
+        StreamCatalog(site.db).get("viaclient")

@@ -208,6 +208,38 @@ def test_an_unwritable_destination_is_retried_recorded_and_fails_the_stream(
     assert all(e.object in ("source_Items", "*") for e in errors)
 
 
+def test_a_retriable_failure_while_running_restarts_the_query_after_a_backoff(
+    spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = str(tmp_path / "source.db")
+    _create_items(path, rows=0)
+    obstacle = tmp_path / "events" / "source_Items"
+    obstacle.parent.mkdir()
+    obstacle.write_text("a file where the object's directory should be")
+    _stream(path, tmp_path, backfill="none")
+    with changestream.open(path) as db, db.transaction() as tx:
+        tx.insert("Items", ["Id", "Name", "Qty"], [[n, "x", n] for n in range(3)])
+
+    def clear_after_the_first_failure() -> None:
+        with changestream.open(path) as db:
+            deadline = time.monotonic() + 120
+            while not StreamCatalog(db).errors("s1") and time.monotonic() < deadline:
+                time.sleep(0.05)
+        obstacle.unlink()
+
+    clearer = threading.Thread(target=clear_after_the_first_failure, daemon=True)
+    clearer.start()
+    with caplog.at_level("WARNING", logger="changestream.spark.pipeline"):
+        status = _run(spark, path, attempts=1, backoff_seconds=0.5, restarts=3)
+    clearer.join(timeout=10)
+    assert status.state == "Running"
+    assert "restart 1 of 3" in caplog.text
+    with changestream.open(path) as db:
+        assert StreamCatalog(db).errors("s1")  # the failure stays on record
+    assert sorted(e["payload"]["Id"] for e in _events(tmp_path / "events")) == [0, 1, 2]
+    assert _replica_rows(tmp_path / "replica", path, "Items") == _source_rows(path)
+
+
 def _expected_cdc_uuids(path: str, stream: str, end: int) -> set[str]:
     """The uuid of every change committed after ``streams start`` (through ``end``), read with
     the read function and derived with the documented recipe: a UUID 5 of the change."""
@@ -412,7 +444,7 @@ def test_columns_added_and_dropped_between_runs_reach_events_and_replica(
 ) -> None:
     path = str(tmp_path / "source.db")
     _create_items(path, rows=0)
-    _stream(path, tmp_path, backfill="none")
+    _stream(path, tmp_path, backfill="none", replica_dropped_columns="drop")
     with changestream.open(path) as db:
         with db.transaction() as tx:
             tx.insert("Items", ["Id", "Name", "Qty"], [[1, "a", 1], [2, "b", 2]])
@@ -430,6 +462,8 @@ def test_columns_added_and_dropped_between_runs_reach_events_and_replica(
             tx.delete("Items", [[1]])
     assert _run(spark, path).state == "Running"
     assert _replica_rows(tmp_path / "replica", path, "Items") == _source_rows(path)
+    (delta,) = [p for p in (tmp_path / "replica").iterdir() if p.name.endswith("_Items")]
+    assert "Qty" not in [f.name for f in DeltaTable(str(delta)).schema().fields]  # the setting
     payloads = {e["uuid"]: e["payload"] for e in _events(tmp_path / "events")}
     assert len(payloads) == 6  # every change once
     by_key = sorted(

@@ -92,6 +92,14 @@ def streams() -> None:
     metavar="SECONDS",
     help="Close an event file once its first event is this old.",
 )
+@click.option(
+    "--replica-dropped-columns",
+    type=click.Choice(["keep", "drop"]),
+    default="keep",
+    show_default=True,
+    help="A column dropped from a source table: keep it in the replica (nullable, with the "
+    "values it had) or drop it (the Delta table is rewritten at its next change).",
+)
 def create(
     name: str,
     db_path: str,
@@ -104,6 +112,7 @@ def create(
     backfill: str,
     file_rotation_mb: float,
     file_rotation_interval: float,
+    replica_dropped_columns: str,
 ) -> None:
     """Define stream NAME, in state Not started.
 
@@ -128,6 +137,7 @@ def create(
             backfill=backfill,
             file_rotation_mb=file_rotation_mb,
             file_rotation_interval=file_rotation_interval,
+            replica_dropped_columns=replica_dropped_columns,
         )
         catalog = StreamCatalog(db)
         info = catalog.create(definition)

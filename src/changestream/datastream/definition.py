@@ -18,6 +18,8 @@ from changestream.streams.interface import Database
 NAME_PATTERN = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,62}")
 FORMATS = ("json", "avro")
 BACKFILL_MODES = ("automatic", "none")
+#: What the Delta replica does with a column dropped from its source table.
+DROPPED_COLUMN_MODES = ("keep", "drop")
 #: Value capture types whose data change records carry the whole new row, as events must.
 ACCEPTED_CAPTURE_TYPES = ("NEW_ROW_AND_OLD_VALUES", "NEW_ROW")
 
@@ -68,8 +70,10 @@ class StreamDefinition:
     Delta Lake tables. A file is closed once it holds ``file_rotation_mb`` megabytes or its
     first event is ``file_rotation_interval`` seconds old (Datastream's rotation settings; a
     slow trickle makes about one file per object per interval). ``backfill="automatic"``
-    emits every existing row before the changes, ``"none"`` only the changes. ``created_at``
-    (µs) is set by the catalog.
+    emits every existing row before the changes, ``"none"`` only the changes.
+    ``replica_dropped_columns`` says what the replica does with a column dropped from the
+    source: ``"keep"`` it (nullable, with the values it had) or ``"drop"`` it (the Delta table
+    is rewritten without it at its next change). ``created_at`` (µs) is set by the catalog.
     """
 
     name: str
@@ -83,6 +87,7 @@ class StreamDefinition:
     backfill: str = "automatic"
     file_rotation_mb: float = 50.0
     file_rotation_interval: float = 60.0
+    replica_dropped_columns: str = "keep"
     created_at: int = 0
 
     def __post_init__(self) -> None:
@@ -105,6 +110,11 @@ class StreamDefinition:
         if self.backfill not in BACKFILL_MODES:
             raise InvalidArgument(
                 f"backfill must be one of {', '.join(BACKFILL_MODES)}, got {self.backfill!r}"
+            )
+        if self.replica_dropped_columns not in DROPPED_COLUMN_MODES:
+            raise InvalidArgument(
+                f"replica_dropped_columns must be one of {', '.join(DROPPED_COLUMN_MODES)}, "
+                f"got {self.replica_dropped_columns!r}"
             )
         for label, low, high in (
             ("file_rotation_mb", 0.001, 1024.0),

@@ -50,9 +50,11 @@ from changestream.server.models import (
     Rows,
     SetSplitPolicyRequest,
     SnapshotRows,
+    SplitPolicyBody,
     SqlRequest,
     SqlStream,
     Status,
+    StreamDescription,
     StreamList,
     StreamState,
     StreamStateRequest,
@@ -222,7 +224,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         DB + "/split_policy",
         "read",
         "The split policy",
-        response=dict[str, Any],
+        response=SplitPolicyBody,
     ),
     Endpoint(
         "set_split_policy",
@@ -231,7 +233,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         "admin",
         "Replace or change the split policy",
         SetSplitPolicyRequest,
-        dict[str, Any],
+        SplitPolicyBody,
     ),
     Endpoint(
         "rebalance",
@@ -349,7 +351,7 @@ STREAM_RESOURCES: tuple[Endpoint, ...] = (
         STREAM,
         "read",
         "A stream: state, definition, backfill per object, progress and lag",
-        response=dict[str, Any],
+        response=StreamDescription,
     ),
     Endpoint(
         "delete_stream",

@@ -78,6 +78,7 @@ from changestream.streams.records import (
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
+    from changestream.datastream.definition import StreamDefinition
     from changestream.streams.watch_arguments import WatchArguments, WatchCursor
     from changestream.watch import TableHandle
 
@@ -319,12 +320,12 @@ class RemoteDatabase:
 
     def tables(self) -> list[Table]:
         """The user tables, by name: columns in schema order, primary key in key order."""
-        return [Table.from_catalog(t) for t in self._invoke("tables").tables]
+        return [Table.from_catalog(_plain(t)) for t in self._invoke("tables").tables]
 
     def change_streams(self) -> list[ChangeStream]:
         """The change streams users created (not the engine's own), by name."""
         reply = self._invoke("change_streams")
-        return [ChangeStream.from_catalog(s) for s in reply.change_streams]
+        return [ChangeStream.from_catalog(_plain(s)) for s in reply.change_streams]
 
     def system_documents(self, kind: str) -> dict[str, SystemDocument]:
         """Every system document of ``kind``, by name."""
@@ -477,19 +478,19 @@ class RemoteDatabase:
 
     def split_policy(self) -> SplitPolicy:
         """The database's split policy."""
-        return policy_from_json(self._invoke("get_split_policy"))
+        return policy_from_json(_plain(self._invoke("get_split_policy")))
 
     def set_split_policy(self, policy: SplitPolicy | None = None, **changes: Any) -> SplitPolicy:
         """Replace the split policy, or change some of its settings; returns the new one."""
         body = models.SetSplitPolicyRequest(
             policy=None if policy is None else policy.to_dict(), changes=changes
         )
-        return policy_from_json(self._invoke("set_split_policy", body))
+        return policy_from_json(_plain(self._invoke("set_split_policy", body)))
 
     def rebalance(self) -> list[Action]:
         """Apply the split policy now; returns the splits and merges made."""
         reply = self._invoke("rebalance", models.NoBody(), idempotent=False)
-        return [action_from_json(a) for a in reply.actions]
+        return [action_from_json(_plain(a)) for a in reply.actions]
 
     def leases(self, stream: str, consumer: str) -> RemoteLeaseTable:
         """The lease table of consumer group ``consumer`` on ``stream``."""
@@ -498,6 +499,35 @@ class RemoteDatabase:
     def lease_consumers(self, stream: str) -> list[str]:
         """The consumer groups that keep leases on ``stream``, sorted."""
         return list(self._invoke("consumers", stream=stream).consumers)
+
+    # -- Datastream-style streams: the server's stream resources ---------------------------
+
+    def list_streams(self) -> list[models.StreamSummary]:
+        """The streams defined in the database: name, state and definition of each."""
+        return list(self._invoke("list_streams").streams)
+
+    def create_stream(
+        self, definition: StreamDefinition | Mapping[str, Any]
+    ) -> models.StreamSummary:
+        """Define a stream (it starts Not started); ``definition`` is a ``StreamDefinition``
+        or a mapping of its fields. Needs the admin scope."""
+        fields = definition if isinstance(definition, Mapping) else definition.to_dict()
+        body = models.CreateStreamRequest(definition=dict(fields))
+        return self._invoke("create_stream", body, idempotent=False)  # type: ignore[no-any-return]
+
+    def describe_stream(self, name: str) -> models.StreamDescription:
+        """The stream's state, definition, backfill per object, progress and lag."""
+        return self._invoke("describe_stream", stream=name)  # type: ignore[no-any-return]
+
+    def change_stream_state(self, name: str, verb: str) -> str:
+        """Move the stream through its lifecycle (``start``, ``pause``, ``resume`` or
+        ``drain``); returns the state it is now in."""
+        body = models.StreamStateRequest(verb=verb)  # type: ignore[arg-type]
+        return str(self._invoke("change_stream_state", body, stream=name, idempotent=False).state)
+
+    def delete_stream(self, name: str) -> None:
+        """Delete a stream no pipeline works on (its files stay). Needs the admin scope."""
+        self._invoke("delete_stream", stream=name, idempotent=False)
 
     def ensure_watch_stream(self) -> WatchSource:
         """The internal change stream watch() reads, created on first use (which takes a
@@ -657,7 +687,7 @@ class RemoteLeaseTable:
         """Every row of this consumer group, in key order."""
         body = models.ConsumerRequest(consumer=self._consumer)
         reply = self._db._invoke("leases_list", body, stream=self._stream)
-        return [lease_from_json(x) for x in reply.leases]
+        return [lease_from_json(_plain(x)) for x in reply.leases]
 
     def get(self, status_type: str, status_value: str) -> Lease | None:
         """The row with this key, or None."""
@@ -665,7 +695,7 @@ class RemoteLeaseTable:
             consumer=self._consumer, status_type=status_type, status_value=status_value
         )
         reply = self._db._invoke("leases_get", body, stream=self._stream)
-        return None if reply.lease is None else lease_from_json(reply.lease)
+        return None if reply.lease is None else lease_from_json(_plain(reply.lease))
 
     def insert_if_absent(self, lease: Lease) -> bool:
         """Add ``lease`` unless a row with its key exists; True when this call added it."""
@@ -674,7 +704,7 @@ class RemoteLeaseTable:
     def update(self, lease: Lease) -> Lease | None:
         """Write the lease if the row's counter still equals ``lease.lease_counter``."""
         reply = self._change("leases_update", lease)
-        return None if reply.lease is None else lease_from_json(reply.lease)
+        return None if reply.lease is None else lease_from_json(_plain(reply.lease))
 
     def delete(self, lease: Lease) -> bool:
         """Remove the row if its counter still equals ``lease.lease_counter``."""
@@ -762,3 +792,12 @@ def _dumps(body: models.Request) -> bytes:
         return msgspec.json.encode(body)
     except (msgspec.EncodeError, UnicodeEncodeError) as exc:
         raise InvalidArgument(f"the request cannot be sent as JSON: {exc}") from exc
+
+
+def _plain(body: models.Model) -> dict[str, Any]:
+    """A response body as the JSON object the engine's ``from_json`` functions read (every
+    field present: omitted defaults are filled in)."""
+    plain: dict[str, Any] = msgspec.to_builtins(body)
+    for field in msgspec.structs.fields(body):
+        plain.setdefault(field.encode_name, msgspec.to_builtins(getattr(body, field.name)))
+    return plain

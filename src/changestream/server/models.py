@@ -222,12 +222,74 @@ class SnapshotRows(Model):
     read_timestamp: int
 
 
+class TypeBody(Model):
+    """A column type in the Spanner API's ``Type`` shape; ``length`` for STRING/BYTES(n)."""
+
+    code: str
+    length: int | None = None
+    array_element_type: TypeBody | None = None
+
+
+class ColumnBody(Model):
+    name: str
+    type: TypeBody
+    ordinal: int
+    not_null: bool
+    allow_commit_timestamp: bool
+    #: The DEFAULT constant, in the change records' JSON form of the column's type.
+    default: Any = None
+    #: A generated DEFAULT: ``CURRENT_TIMESTAMP()``, ``CURRENT_DATE()`` or ``GENERATE_UUID()``.
+    default_function: str | None = None
+
+
+class IndexBody(Model):
+    name: str
+    table: str
+    #: (column, descending) pairs.
+    columns: list[tuple[str, bool]]
+    unique: bool
+    null_filtered: bool
+    storing: list[str]
+
+
+class RowDeletionPolicyBody(Model):
+    column: str
+    days: int
+
+
+class TableBody(Model):
+    name: str
+    columns: list[ColumnBody]
+    primary_key: list[str]
+    indexes: list[IndexBody] = []
+    row_deletion_policy: RowDeletionPolicyBody | None = None
+
+
 class Tables(Model):
-    tables: list[dict[str, Any]]
+    tables: list[TableBody]
+
+
+class StreamTargetBody(Model):
+    table: str
+    #: The columns named (``FOR T(a, b)``), or null for every column.
+    columns: list[str] | None
+
+
+class ChangeStreamBody(Model):
+    name: str
+    for_all: bool
+    targets: list[StreamTargetBody]
+    retention_seconds: int
+    value_capture_type: str
+    exclude_insert: bool = False
+    exclude_update: bool = False
+    exclude_delete: bool = False
+    allow_txn_exclusion: bool = False
+    exclude_ttl_deletes: bool = False
 
 
 class ChangeStreams(Model):
-    change_streams: list[dict[str, Any]]
+    change_streams: list[ChangeStreamBody]
 
 
 class Document(Model):
@@ -271,20 +333,42 @@ class Partitions(Model):
     partitions: list[Partition]
 
 
+class ActionBody(Model):
+    """A split (``merge`` false) or merge the split policy made or would make."""
+
+    merge: bool
+    #: The key boundary, in the typed encoding of :mod:`.values`.
+    boundary: Any
+    reason: str
+
+
 class Actions(Model):
-    actions: list[dict[str, Any]]
+    actions: list[ActionBody]
 
 
 class Consumers(Model):
     consumers: list[str]
 
 
+class LeaseBody(Model):
+    """One row of a consumer group's lease table (the seed's columns)."""
+
+    status_type: str
+    status_value: str
+    checkpoint: str = ""
+    lease_counter: int = 0
+    lease_owner: str | None = None
+    lease_stealer: str | None = None
+    parent_shard_ids: list[str] = []
+    start_timestamp: int = 0
+
+
 class Leases(Model):
-    leases: list[dict[str, Any]]
+    leases: list[LeaseBody]
 
 
 class MaybeLease(Model):
-    lease: dict[str, Any] | None
+    lease: LeaseBody | None
 
 
 class WatchSourceResponse(Model):
@@ -297,10 +381,75 @@ class Empty(Model):
     pass
 
 
+class StreamDefinitionBody(Model):
+    """What a Datastream-style stream reads and where it writes (``StreamDefinition``)."""
+
+    name: str
+    database: str
+    change_stream: str
+    destination: str
+    include: list[str] = []
+    exclude: list[str] = []
+    format: str = "json"
+    replica: str | None = None
+    backfill: str = "automatic"
+    file_rotation_mb: float = 50.0
+    file_rotation_interval: float = 60.0
+    replica_dropped_columns: str = "keep"
+    #: When the stream was defined: microseconds since the epoch in listings, RFC 3339 text
+    #: in a description.
+    created_at: int | str = 0
+
+
 class StreamSummary(Model):
     name: str
     state: str
-    definition: dict[str, Any]
+    definition: StreamDefinitionBody
+
+
+class ObjectProgressBody(Model):
+    """One object (table) of a stream: its backfill status and the rows backfilled."""
+
+    object: str
+    table: str | None
+    status: str
+    rows: int
+
+
+class PipelineBody(Model):
+    host: str
+    pid: int
+    lag_seconds: float | None
+
+
+class StreamDescription(Model):
+    """A stream for people and scripts; timestamps in RFC 3339."""
+
+    name: str
+    state: str
+    state_changed_at: str
+    definition: StreamDefinitionBody
+    objects: list[ObjectProgressBody]
+    rows_processed: int
+    last_processed_commit_timestamp: str | None
+    cdc_start_timestamp: str | None
+    pipeline_attached: bool
+    #: The attached pipeline (null while none is).
+    pipeline: PipelineBody | None
+    lag_seconds: float | None
+
+
+class SplitPolicyBody(Model):
+    """The split policy (see ``changestream.SplitPolicy`` for each setting)."""
+
+    enabled: bool
+    max_rows: int
+    max_write_rate: float
+    window_seconds: float
+    merge_max_rows: int
+    merge_max_write_rate: float
+    min_lifetime_seconds: float
+    check_interval_seconds: float
 
 
 class StreamList(Model):
@@ -328,24 +477,74 @@ class Error(Model):
 # -- stream lines (NDJSON) ----------------------------------------------------------------------
 
 
+class ColumnTypeBody(Model):
+    name: str
+    type: TypeBody
+    is_primary_key: bool
+    ordinal_position: int
+
+
+class ModBody(Model):
+    """One modified row; values are in the change records' JSON form of their types."""
+
+    keys: dict[str, Any]
+    new_values: dict[str, Any]
+    old_values: dict[str, Any]
+
+
+class DataChangeRecordBody(Model):
+    """The seed's data change record."""
+
+    commit_timestamp: str
+    record_sequence: str
+    server_transaction_id: str
+    is_last_record_in_transaction_in_partition: bool
+    table_name: str
+    column_types: list[ColumnTypeBody]
+    mods: list[ModBody]
+    mod_type: str
+    value_capture_type: str
+    number_of_records_in_transaction: int
+    number_of_partitions_in_transaction: int
+    transaction_tag: str
+    is_system_transaction: bool
+    #: The committing handle's session (the engine's own streams only).
+    session_id: str = ""
+
+
+class HeartbeatRecordBody(Model):
+    timestamp: str
+
+
+class ChildPartitionBody(Model):
+    token: str
+    parent_partition_tokens: list[str]
+
+
+class ChildPartitionsRecordBody(Model):
+    start_timestamp: str
+    record_sequence: str
+    child_partitions: list[ChildPartitionBody]
+
+
 class Line(msgspec.Struct, tag_field="type", kw_only=True):
     """One line of a streamed (NDJSON) response."""
 
 
 class RecordLine(Line, tag="data_change_record"):
-    record: dict[str, Any]
+    record: DataChangeRecordBody
     timestamp_us: int
     partition_token: str | None = None
 
 
 class HeartbeatLine(Line, tag="heartbeat_record"):
-    record: dict[str, Any]
+    record: HeartbeatRecordBody
     timestamp_us: int
     partition_token: str | None = None
 
 
 class ChildPartitionsLine(Line, tag="child_partitions_record"):
-    record: dict[str, Any]
+    record: ChildPartitionsRecordBody
     timestamp_us: int
     partition_token: str | None = None
 

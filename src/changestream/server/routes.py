@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import msgspec
@@ -232,14 +232,15 @@ async def tables(
     request: Request, state: ServerState, principal: Principal, _: None
 ) -> models.Tables:
     found = await _on_db(request, state, lambda db: db.tables())
-    return models.Tables(tables=[t.to_catalog() for t in found])
+    return models.Tables(tables=_typed([t.to_catalog() for t in found], models.TableBody))
 
 
 async def change_streams(
     request: Request, state: ServerState, principal: Principal, _: None
 ) -> models.ChangeStreams:
     found = await _on_db(request, state, lambda db: db.change_streams())
-    return models.ChangeStreams(change_streams=[s.to_catalog() for s in found])
+    streams = _typed([s.to_catalog() for s in found], models.ChangeStreamBody)
+    return models.ChangeStreams(change_streams=streams)
 
 
 # -- system documents ---------------------------------------------------------------------
@@ -483,27 +484,27 @@ def _key(given: Any) -> list[Any]:
 
 async def get_split_policy(
     request: Request, state: ServerState, principal: Principal, _: None
-) -> dict[str, Any]:
+) -> models.SplitPolicyBody:
     policy: SplitPolicy = await _on_db(request, state, lambda db: db.split_policy())
-    return policy.to_dict()
+    return msgspec.convert(policy.to_dict(), models.SplitPolicyBody)
 
 
 async def set_split_policy(
     request: Request, state: ServerState, principal: Principal, body: models.SetSplitPolicyRequest
-) -> dict[str, Any]:
+) -> models.SplitPolicyBody:
     policy = None if body.policy is None else policy_from_json(body.policy)
     changes = body.changes or {}
     updated: SplitPolicy = await _on_db(
         request, state, lambda db: db.set_split_policy(policy, **changes)
     )
-    return updated.to_dict()
+    return msgspec.convert(updated.to_dict(), models.SplitPolicyBody)
 
 
 async def rebalance(
     request: Request, state: ServerState, principal: Principal, _: models.NoBody
 ) -> models.Actions:
     actions = await _on_db(request, state, lambda db: db.rebalance())
-    return models.Actions(actions=[action_to_json(a) for a in actions])
+    return models.Actions(actions=_typed([action_to_json(a) for a in actions], models.ActionBody))
 
 
 # -- leases and watch -----------------------------------------------------------------------
@@ -516,14 +517,14 @@ async def _leases(request: Request, state: ServerState, consumer: str, work: Any
 
 
 def _lease(found: Lease | None) -> models.MaybeLease:
-    return models.MaybeLease(lease=None if found is None else lease_to_json(found))
+    return models.MaybeLease(lease=None if found is None else _typed_lease(found))
 
 
 async def leases_list(
     request: Request, state: ServerState, principal: Principal, body: models.ConsumerRequest
 ) -> models.Leases:
     found = await _leases(request, state, body.consumer, lambda t: t.list_leases())
-    return models.Leases(leases=[lease_to_json(lease) for lease in found])
+    return models.Leases(leases=[_typed_lease(lease) for lease in found])
 
 
 async def leases_get(
@@ -586,7 +587,7 @@ async def watch_source(
 
 
 def _summary(info: StreamInfo) -> models.StreamSummary:
-    definition = info.definition.to_dict()
+    definition = msgspec.convert(info.definition.to_dict(), models.StreamDefinitionBody)
     return models.StreamSummary(name=info.name, state=info.state.value, definition=definition)
 
 
@@ -610,12 +611,12 @@ async def create_stream(
 
 async def describe_stream(
     request: Request, state: ServerState, principal: Principal, _: None
-) -> dict[str, Any]:
+) -> models.StreamDescription:
     name = _path(request, "stream")
     described: dict[str, Any] = await _on_db(
         request, state, lambda db: StreamCatalog(db).describe(name)
     )
-    return described
+    return msgspec.convert(described, models.StreamDescription)
 
 
 async def delete_stream(
@@ -742,3 +743,15 @@ HANDLERS: dict[str, Handler] = {
 ROUTES: list[tuple[str, str, str | None, Handler]] = [
     (e.path, e.method, e.scope, HANDLERS[e.name]) for e in api.ENDPOINTS
 ]
+
+
+_B = TypeVar("_B", bound=models.Model)
+
+
+def _typed(items: list[dict[str, Any]], body: type[_B]) -> list[_B]:
+    """``items`` as the declared response bodies (a mismatch is a bug, found by the tests)."""
+    return msgspec.convert(items, list[body])  # type: ignore[valid-type]
+
+
+def _typed_lease(lease: Lease) -> models.LeaseBody:
+    return msgspec.convert(lease_to_json(lease), models.LeaseBody)

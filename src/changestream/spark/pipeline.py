@@ -154,6 +154,8 @@ class PipelineFailed(FailedPrecondition):
     def __init__(self, message: str, retriable: bool) -> None:
         super().__init__(message)
         self.retriable = retriable
+        #: Whether the query had started (a failure then may be followed by a restart).
+        self.while_running = False
 
 
 class _BatchError(Exception):
@@ -234,43 +236,61 @@ class SparkPipeline:
         target = now_us() if self.options.until_caught_up else None
         spark = self._spark or local_session(self.options.master, f"changestream-{self.name}")
         heartbeat = _Heartbeat(self, self.options.heartbeat_seconds)
-        restarts = 0
+        backoff = self.options.backoff_seconds
+        restarts = retrying(
+            lambda exc: isinstance(exc, PipelineFailed) and exc.retriable and exc.while_running,
+            first=backoff * 2,
+            most=backoff * 2 ** max(1, self.options.restarts),
+            attempts=self.options.restarts + 1,
+            before_sleep=self._restarting,
+        )
         try:
-            while True:
-                self._failure = None
-                try:
-                    self._guard(lambda: self._backfill(spark, self._plan(self._tables())))
-                    query = self._start_query(spark, start, available_now=target is not None)
-                    self._mark_running()
-                except Exception as exc:
-                    failure = self._failure or self._source_failure(exc)
-                    self.catalog.fail(self.name, failure.obj, failure.message, failure.retriable)
-                    message = f"stream {self.name!r} failed: {failure.message}"
-                    raise PipelineFailed(message, failure.retriable) from exc
-                try:
-                    try:
-                        status = self._monitor(spark, query, target)
-                    finally:
-                        _stop_between_batches(query)
-                    # Close the files of every event landed so far (their rotation may not
-                    # be due): a stopped pipeline leaves nothing unpublished.
-                    self._guard(lambda: self._publish(spark, force=True))
-                    return status
-                except PipelineFailed as failure:
-                    if not failure.retriable or restarts >= self.options.restarts:
-                        raise
-                    restarts += 1
-                    delay = self.options.backoff_seconds * 2**restarts
-                    log.warning(
-                        "pipeline %s failed (%s); restart in %.1fs", self.name, failure, delay
-                    )
-                    time.sleep(delay)
-                    self.catalog.transition(self.name, "retry")
+            status: PipelineStatus = restarts(self._run_query, spark, start, target)
+            return status
         finally:
             heartbeat.stop()
             if self._spark is None:
                 _stop_session(spark)
             self.db.close()
+
+    def _run_query(self, spark: SparkSession, start: int, target: int | None) -> PipelineStatus:
+        """One run of the streaming query, from backfill to a stop or a failure."""
+        if self.catalog.get(self.name).state is StreamState.FAILED:
+            self.catalog.transition(self.name, "retry")  # a restart after a failure
+        self._failure = None
+        try:
+            self._guard(lambda: self._backfill(spark, self._plan(self._tables())))
+            query = self._start_query(spark, start, available_now=target is not None)
+            self._mark_running()
+        except Exception as exc:
+            failure = self._failure or self._source_failure(exc)
+            self.catalog.fail(self.name, failure.obj, failure.message, failure.retriable)
+            message = f"stream {self.name!r} failed: {failure.message}"
+            raise PipelineFailed(message, failure.retriable) from exc
+        try:
+            try:
+                status = self._monitor(spark, query, target)
+            finally:
+                _stop_between_batches(query)
+            # Close the files of every event landed so far (their rotation may not be due):
+            # a stopped pipeline leaves nothing unpublished.
+            self._guard(lambda: self._publish(spark, force=True))
+            return status
+        except PipelineFailed as failure:
+            failure.while_running = True
+            raise
+
+    def _restarting(self, state: tenacity.RetryCallState) -> None:
+        failure = state.outcome.exception() if state.outcome else None
+        delay = state.next_action.sleep if state.next_action else 0.0
+        log.warning(
+            "pipeline %s failed (%s); restart %d of %d in %.1fs",
+            self.name,
+            failure,
+            state.attempt_number,
+            self.options.restarts,
+            delay,
+        )
 
     def _guard(self, work: Callable[[], None]) -> None:
         """Run driver-side work outside a micro-batch, failing the run as a batch would."""
@@ -428,6 +448,7 @@ class SparkPipeline:
             segments=str(self._work / "segments"),
             staging=str(self._work / "staging"),
             replica=self.definition.replica,
+            drop_dropped_columns=self.definition.replica_dropped_columns == "drop",
         )
 
     def _tables(self) -> dict[str, Table]:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 import operator
 import os
 from collections.abc import Sequence
@@ -33,7 +34,7 @@ from typing import Any, Final
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import DeltaTable
+from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
 from changestream.datastream.codecs import Codec, identity, text_decoder, text_encoder
@@ -41,6 +42,8 @@ from changestream.datastream.events import Event, object_name, schema_key
 from changestream.ddl.schema import Table
 from changestream.errors import InvalidArgument
 from changestream.types import ColumnType, to_sqlite
+
+log = logging.getLogger(__name__)
 
 SORT_KEY_COLUMN: Final = "_cs_sort_key"
 UUID_COLUMN: Final = "_cs_uuid"
@@ -136,8 +139,16 @@ def _arrow_schema(table: Table) -> pa.Schema:
 class DeltaReplica:
     """The Delta Lake replica of one source table (see the module docstring)."""
 
-    def __init__(self, root: str | os.PathLike[str], database: str, table: Table) -> None:
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        database: str,
+        table: Table,
+        *,
+        drop_dropped_columns: bool = False,
+    ) -> None:
         self.table = table
+        self._drop_dropped_columns = drop_dropped_columns
         self.object = object_name(database, table.name)
         self.path = Path(root) / self.object
         self.schema = _arrow_schema(table)
@@ -194,6 +205,8 @@ class DeltaReplica:
             return ApplyStats(0, 0, 0, 0, 0, None)
         source = latest_per_key(source.cast(self.schema), list(self.table.primary_key))
         delta = self.ensure()
+        if self._drop_dropped_columns:
+            delta = self._without_dropped_columns(delta)
         metrics = (
             delta.merge(
                 source,
@@ -201,7 +214,7 @@ class DeltaReplica:
                 source_alias="s",
                 target_alias="t",
                 # A column added to the source table is added here too; one dropped from it
-                # stays, with the values it had.
+                # stays, with the values it had (unless drop_dropped_columns).
                 merge_schema=True,
                 # A materialized source lets the MERGE prune target files by key statistics.
                 streamed_exec=False,
@@ -220,6 +233,19 @@ class DeltaReplica:
             skipped=source.num_rows - inserted - updated,
             version=delta.version(),
         )
+
+    def _without_dropped_columns(self, delta: DeltaTable) -> DeltaTable:
+        """The Delta table rewritten without the columns its source table no longer has
+        (a rewrite: Delta Lake drops a column only with column mapping, which deltalake's
+        MERGE does not support)."""
+        wanted = set(self.schema.names)
+        dropped = [f.name for f in delta.schema().fields if f.name not in wanted]
+        if not dropped:
+            return delta
+        kept = delta.to_pyarrow_table().drop_columns(dropped)
+        write_deltalake(str(self.path), kept, mode="overwrite", schema_mode="overwrite")
+        log.info("replica %s: dropped columns %s, as its source did", self.object, dropped)
+        return DeltaTable(str(self.path))
 
     def _source(self, events: list[Event]) -> pa.Table:
         columns: list[pa.Array] = []

@@ -73,6 +73,7 @@ class TaskPlan:
     segments: str
     staging: str
     replica: str | None
+    drop_dropped_columns: bool = False
 
     def writer(self, lane: str, seq: int, task: int) -> SegmentWriter:
         return SegmentWriter(Path(self.segments), self.format, self.max_file_bytes, lane, seq, task)
@@ -80,7 +81,10 @@ class TaskPlan:
     @functools.cached_property
     def replicas(self) -> dict[str, DeltaReplica]:
         root = self.replica or ""
-        return {name: DeltaReplica(root, self.schema, t) for name, t in self.tables.items()}
+        return {
+            name: DeltaReplica(root, self.schema, t, drop_dropped_columns=self.drop_dropped_columns)
+            for name, t in self.tables.items()
+        }
 
 
 class _Staging:
