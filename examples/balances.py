@@ -12,10 +12,10 @@ Everything in one process (a writer, three workers as threads, splits and a merg
 
 Or by hand, in several terminals, to watch leases move when workers start and stop::
 
-    python examples/balances.py setup bank.db
-    python examples/balances.py write bank.db --seconds 120
-    python examples/balances.py work bank.db worker-1      # start 2 or 3; Ctrl-C stops one
-    changestream leases bank.db AccountBalanceStream        # the live lease table
+    python examples/balances.py setup balances.db
+    python examples/balances.py write balances.db --seconds 120
+    python examples/balances.py work balances.db worker-1      # start 2 or 3; Ctrl-C stops one
+    changestream leases balances.db AccountBalanceStream        # the live lease table
 """
 
 from __future__ import annotations
@@ -214,7 +214,11 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO if args.command == "work" else logging.WARNING)
     if args.command == "setup":
-        setup(args.path)
+        try:
+            setup(args.path)
+        except changestream.AlreadyExists as exc:
+            # The README's quickstart makes the same table in bank.db: say so, no traceback.
+            raise SystemExit(f"error: {exc}; set up a new file, e.g. balances.db") from None
     elif args.command == "write":
         print(f"{write(args.path, args.seconds)} transfers")
     elif args.command == "work":

@@ -15,6 +15,7 @@ from deltalake import DeltaTable, write_deltalake
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import changestream
 from changestream.clock import now_us
 from changestream.datastream.events import CdcMod, Event, backfill_events, cdc_events
 from changestream.datastream.files import EventFileWriter, event_files, read_events
@@ -91,6 +92,13 @@ def test_every_type_matches_the_source_row_for_row(tmp_path: Path) -> None:
     replica.apply(cdc_events("s", "shop", table, mods, T0))
 
     assert replica.read_rows() == db.read("AllTypes")
+    # Read back by the table's name alone: the replica records each column's type and key.
+    by_name = DeltaReplica(tmp_path / "replica", "shop", "AllTypes")
+    assert [(c.name, c.type) for c in by_name.table.columns] == [
+        (c.name, c.type) for c in table.columns
+    ]
+    assert by_name.table.primary_key == table.primary_key
+    assert by_name.read_rows() == db.read("AllTypes")
     db.close()
     schema = DeltaTable(str(replica.path)).to_pyarrow_table().schema
     assert schema.field("T").type == pa.timestamp("us", tz="UTC")
@@ -350,3 +358,11 @@ def test_a_column_dropped_from_the_source_is_kept_or_dropped_per_the_setting(
     assert narrow.read_rows() == [(1, "a2"), (2, "b")]
     # Replaying the batch after the rewrite changes nothing: sort keys survived it.
     assert narrow.apply(kv_events((21, 1, "UPDATE", "a2"))).updated == 0
+
+
+def test_a_replica_read_by_name_needs_one_that_records_its_types(tmp_path: Path) -> None:
+    with pytest.raises(changestream.NotFound, match="no replica of table 'KV'"):
+        DeltaReplica(tmp_path, "db", "KV")
+    write_deltalake(str(tmp_path / "db_Old"), pa.table({"K": [1], "_cs_sort_key": ["0"]}))
+    with pytest.raises(changestream.FailedPrecondition, match="pass the source's Table"):
+        DeltaReplica(tmp_path, "db", "Old")

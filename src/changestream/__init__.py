@@ -19,6 +19,7 @@ from changestream.errors import (
     OutOfRange,
     ResourceExhausted,
 )
+from changestream.extras import needs
 from changestream.sql.limits import DEFAULT_LIMITS, SqlLimits
 from changestream.store.inspection import inspect
 from changestream.store.keys import KeyRange
@@ -72,7 +73,7 @@ def connect(
     verify: bool | str = True,
 ) -> RemoteDatabase:
     """Connect to a database on a ``changestream serve`` server: the same interface as
-    :func:`open`, over HTTP (needs the ``server`` extra).
+    :func:`open`, over HTTP (needs the ``client`` extra; ``server`` includes it).
 
     ``url`` is ``http(s)://host:port/NAME`` (NAME may be left out when the server serves one
     database); ``token`` is a bearer token (default: ``$CHANGESTREAM_TOKEN``). ``timeout``
@@ -80,20 +81,21 @@ def connect(
     and streams retry an unreachable server. ``verify``: check the server's TLS certificate
     (or the path of a CA bundle to trust).
     """
-    from changestream.server.client import connect as remote  # only clients need httpx
+    with needs("client", "connect(url)"):
+        from changestream.server.client import connect as remote
 
     return remote(url, token, timeout=timeout, reconnect_timeout=reconnect_timeout, verify=verify)
 
 
 def open_path_or_url(
-    target: str, token: str | None = None, *, create: bool = False
+    target: str, token: str | None = None, *, create: bool = False, verify: bool | str = True
 ) -> EmbeddedDatabase | RemoteDatabase:
     """:func:`open` a database file, or :func:`connect` when ``target`` is an ``http(s)://``
-    URL (with ``token``). Unless ``create``, a missing file is a :class:`NotFound` error and a
-    file that is not a changestream database (empty, plain SQLite, an older layout, not SQLite)
-    an :class:`InvalidArgument` one, left as it is."""
+    URL (with ``token`` and ``verify``). Unless ``create``, a missing file is a
+    :class:`NotFound` error and a file that is not a changestream database (empty, plain
+    SQLite, an older layout, not SQLite) an :class:`InvalidArgument` one, left as it is."""
     if target.startswith(("http://", "https://")):
-        return connect(target, token)
+        return connect(target, token, verify=verify)
     if not create and target != ":memory:":
         if not os.path.exists(target):
             raise NotFound(f"no database file at {target!r} (create one with `changestream ddl`)")

@@ -19,6 +19,8 @@ if TYPE_CHECKING:
 
 #: Where the group's ``--token`` option leaves the token for :func:`open_database`.
 TOKEN_KEY = "changestream.token"
+#: Where the group's ``--ca-cert`` option leaves the CA bundle for :func:`open_database`.
+CA_CERT_KEY = "changestream.ca_cert"
 
 
 def open_database(
@@ -27,11 +29,12 @@ def open_database(
     """Open the database at ``path``; unless ``create``, a missing file is an error.
 
     An ``http(s)://`` URL connects to a server instead (with ``--token``, or
-    ``$CHANGESTREAM_TOKEN``); a server never creates databases.
+    ``$CHANGESTREAM_TOKEN``, and ``--ca-cert``); a server never creates databases.
     """
     context = click.get_current_context(silent=True)
-    token = None if context is None else context.meta.get(TOKEN_KEY)
-    return changestream.open_path_or_url(path, token, create=create)
+    meta = {} if context is None else context.meta
+    verify = meta.get(CA_CERT_KEY) or True
+    return changestream.open_path_or_url(path, meta.get(TOKEN_KEY), create=create, verify=verify)
 
 
 def _json_default(value: Any) -> Any:

@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 import changestream
-from changestream.cli.common import TOKEN_KEY, open_database
+from changestream.cli.common import CA_CERT_KEY, TOKEN_KEY, open_database
 from changestream.cli.demo import demo
 from changestream.cli.leases import leases
 from changestream.cli.partitions import partitions
@@ -56,14 +56,21 @@ class _Group(click.Group):
     metavar="TOKEN",
     help="Bearer token for databases given as http(s):// URLs (default: $CHANGESTREAM_TOKEN).",
 )
+@click.option(
+    "--ca-cert",
+    metavar="FILE",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Trust the https:// server whose certificate FILE holds (or is signed by).",
+)
 @click.pass_context
-def main(ctx: click.Context, token: str | None) -> None:
+def main(ctx: click.Context, token: str | None, ca_cert: str | None) -> None:
     """Spanner-style change streams over an embedded database file.
 
     Start with `changestream demo` for a guided tour. Errors print as
     "error: ..." and exit with status 2; Ctrl-C exits with status 130.
     """
     ctx.meta[TOKEN_KEY] = token
+    ctx.meta[CA_CERT_KEY] = ca_cert
 
 
 @main.command()

@@ -67,13 +67,29 @@ def lineage_tree(title: str, history: list[Partition]) -> Tree:
 @click.argument("stream")
 @click.option("--at", "at", metavar="TIMESTAMP", help="Only the partitions live at TIMESTAMP.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per partition, full tokens.")
-def partitions(path: str, stream: str, at: str | None, as_json: bool) -> None:
+@click.option(
+    "--tokens",
+    "tokens_only",
+    is_flag=True,
+    help="Only the full tokens, one per line (live partitions unless --at), for scripts.",
+)
+def partitions(path: str, stream: str, at: str | None, as_json: bool, tokens_only: bool) -> None:
     """Show the partitions of change stream STREAM in the database at PATH.
 
     Without --at, draws the lineage: every partition since the stream was created,
     children under their parents, live ones ending in "live". Tokens are shortened
-    to their last ten characters; use --json for the full tokens to query with.
+    to their last ten characters; use --json for the full tokens to query with, or
+    --tokens for just them.
+
+    \b
+    Example:
+      TOKEN=$(changestream partitions app.db TStream --tokens | head -1)
     """
+    if tokens_only:
+        with open_database(path) as db:
+            for partition in db.partitions(stream, at=at):
+                click.echo(partition.token)
+        return
     with open_database(path) as db:
         found = db.partition_history(stream) if at is None else db.partitions(stream, at=at)
         options = next(s.options_text() for s in db.change_streams() if s.name == stream)

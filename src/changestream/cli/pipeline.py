@@ -8,6 +8,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from changestream.cli.common import TOKEN_KEY
 from changestream.clock import format_ts
+from changestream.extras import needs
 
 #: ``PipelineOptions``' defaults, repeated so ``--help`` needs no pyspark import.
 DEFAULT_MAX_RECORDS_PER_TRIGGER = 200_000
@@ -85,6 +86,12 @@ def pipeline() -> None:
     show_default=True,
     help="When compacting, delete replica files only versions older than this need.",
 )
+@click.option(
+    "--spark-log",
+    metavar="FILE",
+    help="Where Spark's own log lines go (default: spark.log in the stream's _changestream "
+    "directory under its destination), so they stay out of the progress line.",
+)
 @click.pass_context
 def run(
     ctx: click.Context,
@@ -99,6 +106,7 @@ def run(
     chunk_rows: int,
     compact_every: int,
     vacuum_retention_hours: float,
+    spark_log: str | None,
 ) -> None:
     """Run stream NAME's pipeline: backfill its objects, then stream every change as events
     to its destination (and its Delta replicas), until the stream is paused, drained or
@@ -108,7 +116,8 @@ def run(
     NAME --db D` first). A killed run resumes from its checkpoint, in the destination's
     _changestream directory.
     """
-    from changestream.spark.pipeline import PipelineOptions, PipelineStatus, SparkPipeline
+    with needs("spark", "pipeline run"):
+        from changestream.spark.pipeline import PipelineOptions, PipelineStatus, SparkPipeline
 
     options = PipelineOptions(
         master=master,
@@ -121,6 +130,7 @@ def run(
         batch_timeout_seconds=batch_timeout,
         compact_every=compact_every,
         vacuum_retention_hours=vacuum_retention_hours,
+        spark_log=spark_log,
     )
     columns = (
         TextColumn("[bold]{task.description}"),
@@ -129,7 +139,7 @@ def run(
         TimeElapsedColumn(),
     )
     with Progress(*columns, transient=False) as progress:
-        task = progress.add_task(name, total=None, detail="starting Spark")
+        task = progress.add_task(name, total=None, detail="opening the stream")
 
         def show(status: PipelineStatus) -> None:
             lag = status.lag_seconds
@@ -141,6 +151,8 @@ def run(
                 + (f" · backfill: {backfill}" if backfill else ""),
             )
 
-        final = SparkPipeline(name, db_path, options, on_status=show).run()
+        job = SparkPipeline(name, db_path, options, on_status=show)
+        progress.update(task, detail=f"starting Spark (its log: {job.spark_log})")
+        final = job.run()
     frontier = "-" if final.frontier is None else format_ts(final.frontier)
     click.echo(f"stream {name}: {final.state}, {final.rows_processed} events, through {frontier}")

@@ -16,7 +16,6 @@ gives up waiting).
 from __future__ import annotations
 
 import decimal
-import os
 import random
 import tempfile
 import threading
@@ -39,6 +38,7 @@ from changestream import COMMIT_TIMESTAMP
 from changestream.clock import format_ts
 from changestream.datastream import StreamCatalog, StreamDefinition, StreamState, schema_name
 from changestream.errors import ChangeStreamError, FailedPrecondition
+from changestream.extras import needs
 
 DATABASE = "shop.db"
 TABLE = "Orders"
@@ -158,21 +158,6 @@ class Run:
     done: threading.Event = field(default_factory=threading.Event)
 
 
-@contextmanager
-def _stderr_to(log: Path) -> Iterator[None]:
-    """Point file descriptor 2 at ``log`` for the block: the JVM Spark launches inherits it,
-    so its log lines go to the file instead of through the live view."""
-    saved = os.dup(2)
-    target = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    try:
-        os.dup2(target, 2)
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(target)
-
-
 def _run_pipeline(path: str, run: Run, trigger_seconds: float, log: Path) -> None:
     """The pipeline on a local[2] session of its own (stopped at the end); Spark's own log
     goes to ``log``."""
@@ -180,10 +165,8 @@ def _run_pipeline(path: str, run: Run, trigger_seconds: float, log: Path) -> Non
         from changestream.spark import local_session
         from changestream.spark.pipeline import PipelineOptions, SparkPipeline
 
-        with _stderr_to(log):
-            spark = local_session("local[2]", "changestream-demo")
+        spark = local_session("local[2]", "changestream-demo", log=log)
         try:
-            spark.sparkContext.setLogLevel("ERROR")
             run.spark_ready = True
             options = PipelineOptions(trigger_seconds=trigger_seconds, chunk_rows=CHUNK_ROWS)
 
@@ -580,14 +563,9 @@ def run_pipeline_demo(
             raise FailedPrecondition(
                 f"{directory!r} exists and is not an empty directory; the demo needs a new one"
             )
-    try:
+    with needs("spark", "the pipeline demo"):
         import deltalake  # noqa: F401
         import pyspark  # noqa: F401
-    except ImportError as exc:
-        raise FailedPrecondition(
-            f"the pipeline demo needs the spark extra ({exc.name} is missing): "
-            "pip install 'changestream[spark]'"
-        ) from None
     console.print(
         Panel(
             Text(
@@ -611,5 +589,12 @@ def run_pipeline_demo(
                     f"  changestream streams describe {STREAM} --db {tour.path}\n"
                     f"  changestream streams resume {STREAM} --db {tour.path}\n"
                     f"  changestream pipeline run {STREAM} --db {tour.path} --until-caught-up"
+                )
+            )
+        else:
+            console.print(
+                Text(
+                    f"\nThe files above were in {path}, a temporary directory, and are deleted "
+                    "now; run `changestream demo --pipeline --dir DIR` to keep them."
                 )
             )

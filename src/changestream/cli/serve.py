@@ -10,6 +10,7 @@ import ssl
 import click
 
 from changestream.errors import InvalidArgument
+from changestream.extras import needs
 from changestream.store.inspection import inspect
 
 
@@ -97,8 +98,9 @@ def serve(
     plain SQLite, an older layout) unless an admin-scoped DDL request asks; other files are
     listed under not_databases by GET /v1/databases and refused.
     """
-    from changestream.server import Databases, NoAuth, ServerConfig, TokenFile, create_app
-    from changestream.server.serve import make_server
+    with needs("server", "serve"):
+        from changestream.server import Databases, NoAuth, ServerConfig, TokenFile, create_app
+        from changestream.server.serve import make_server
 
     if (tls_cert is None) != (tls_key is None):
         raise InvalidArgument("--tls-cert and --tls-key go together")

@@ -73,11 +73,13 @@ def sql(path: str, query: str, params: tuple[str, ...]) -> None:
 
     \b
     Timestamps print in RFC 3339, NUMERIC as a string, BYTES in base64.
-    Example:
+    Example (START: a time since the change stream was made, such as the one
+    `changestream ddl` printed when it made it):
+      START=$(changestream ddl app.db "CREATE CHANGE STREAM TStream FOR T" | cut -d' ' -f3)
       changestream sql app.db \\
         "SELECT ChangeRecord FROM READ_TStream(start_timestamp => @start,
            partition_token => NULL, heartbeat_milliseconds => 10000)" \\
-        --param start=2024-05-01T09:00:00Z
+        --param start="$START"
     """
     bound = dict(parse_param(p) for p in params)
     with open_database(path) as db:

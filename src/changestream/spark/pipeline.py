@@ -110,6 +110,8 @@ class PipelineOptions:
     retriable failure. ``batch_timeout_seconds``: a micro-batch running longer fails the run.
     ``compact_every``: every this many MERGEs into a replica (0: never), its small files are
     compacted and files older versions alone need, past ``vacuum_retention_hours``, deleted.
+    ``spark_log``: where the JVM's own output goes when the pipeline starts Spark (default:
+    ``spark.log`` in the stream's ``_changestream`` directory), so it stays off the terminal.
     """
 
     master: str = "local[2]"
@@ -127,6 +129,7 @@ class PipelineOptions:
     heartbeat_seconds: float = 2.0
     compact_every: int = 50
     vacuum_retention_hours: float = 168.0
+    spark_log: str | None = None
 
 
 @dataclass(slots=True)
@@ -215,6 +218,14 @@ class SparkPipeline:
         return self._work / "checkpoint"
 
     @property
+    def spark_log(self) -> Path:
+        """Where the JVM's own output goes when the pipeline starts its Spark session
+        (``PipelineOptions.spark_log``, or ``spark.log`` beside the checkpoint)."""
+        if self.options.spark_log is not None:
+            return Path(self.options.spark_log)
+        return self._work / "spark.log"
+
+    @property
     def _work(self) -> Path:
         return Path(self.definition.destination) / "_changestream" / self._incarnation
 
@@ -234,7 +245,9 @@ class SparkPipeline:
             start = self.catalog.get(self.name).state_changed_at
             self.catalog.update_progress(self.name, cdc_start_timestamp=start)
         target = now_us() if self.options.until_caught_up else None
-        spark = self._spark or local_session(self.options.master, f"changestream-{self.name}")
+        spark = self._spark or local_session(
+            self.options.master, f"changestream-{self.name}", log=self.spark_log
+        )
         heartbeat = _Heartbeat(self, self.options.heartbeat_seconds)
         backoff = self.options.backoff_seconds
         restarts = retrying(

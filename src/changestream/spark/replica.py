@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable, write_deltalake
@@ -39,8 +40,8 @@ from deltalake.exceptions import TableNotFoundError
 
 from changestream.datastream.codecs import Codec, identity, text_decoder, text_encoder
 from changestream.datastream.events import Event, object_name, schema_key
-from changestream.ddl.schema import Table
-from changestream.errors import InvalidArgument
+from changestream.ddl.schema import Column, Table
+from changestream.errors import FailedPrecondition, InvalidArgument, NotFound
 from changestream.types import ColumnType, to_sqlite
 
 log = logging.getLogger(__name__)
@@ -125,9 +126,23 @@ class ApplyStats:
     version: int | None
 
 
+#: Field metadata recording a column's type (its catalog JSON) and key position, so a replica
+#: can be read knowing only its table's name (NUMERIC and JSON are both text in Arrow).
+_TYPE_METADATA = "changestream.type"
+_KEY_METADATA = "changestream.key"
+
+
 @functools.lru_cache(maxsize=256)
 def _arrow_schema(table: Table) -> pa.Schema:
-    fields = [pa.field(c.name, arrow_type(c.type)) for c in table.columns]
+    keys = {name: position for position, name in enumerate(table.primary_key)}
+
+    def metadata(column: Column) -> dict[str, str]:
+        found = {_TYPE_METADATA: orjson.dumps(column.type.to_catalog()).decode()}
+        if column.name in keys:
+            found[_KEY_METADATA] = str(keys[column.name])
+        return found
+
+    fields = [pa.field(c.name, arrow_type(c.type), metadata=metadata(c)) for c in table.columns]
     fields += [
         pa.field(SORT_KEY_COLUMN, pa.string(), nullable=False),
         pa.field(UUID_COLUMN, pa.string(), nullable=False),
@@ -136,17 +151,46 @@ def _arrow_schema(table: Table) -> pa.Schema:
     return pa.schema(fields)
 
 
+def replica_table(path: Path, name: str) -> Table:
+    """The source table ``name`` as the replica at ``path`` records it (columns, types and
+    key), for reading a replica without the source at hand."""
+    try:
+        delta = DeltaTable(str(path))
+    except TableNotFoundError as exc:
+        raise NotFound(f"no replica of table {name!r} at {path}") from exc
+    columns: list[Column] = []
+    keys: dict[int, str] = {}
+    for field in delta.schema().fields:
+        if field.name in BOOKKEEPING_COLUMNS:
+            continue
+        described = field.metadata.get(_TYPE_METADATA)
+        if not isinstance(described, str):
+            raise FailedPrecondition(
+                f"the replica at {path} does not record the type of column {field.name!r} "
+                "(it was made by an older version): pass the source's Table instead of its name"
+            )
+        ctype = ColumnType.from_json(orjson.loads(described))
+        columns.append(Column(field.name, ctype, len(columns) + 1))
+        if _KEY_METADATA in field.metadata:
+            keys[int(field.metadata[_KEY_METADATA])] = field.name
+    return Table(name, tuple(columns), tuple(keys[position] for position in sorted(keys)))
+
+
 class DeltaReplica:
-    """The Delta Lake replica of one source table (see the module docstring)."""
+    """The Delta Lake replica of one source table (see the module docstring). ``table`` is
+    the source's Table, or its name to read a replica made already (its types come from the
+    replica's own schema)."""
 
     def __init__(
         self,
         root: str | os.PathLike[str],
         database: str,
-        table: Table,
+        table: Table | str,
         *,
         drop_dropped_columns: bool = False,
     ) -> None:
+        if isinstance(table, str):
+            table = replica_table(Path(root) / object_name(database, table), table)
         self.table = table
         self._drop_dropped_columns = drop_dropped_columns
         self.object = object_name(database, table.name)

@@ -4,25 +4,54 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
 
-def local_session(master: str = "local[2]", app_name: str = "changestream") -> SparkSession:
+def local_session(
+    master: str = "local[2]",
+    app_name: str = "changestream",
+    log: str | os.PathLike[str] | None = None,
+) -> SparkSession:
     """A SparkSession on ``master`` whose Python workers run this interpreter (so they see
-    the same packages), with the ``changestream`` source registered."""
+    the same packages), with the ``changestream`` source registered. With ``log``, the JVM's
+    own output (its WARN lines, progress bars) goes to that file, not to this terminal."""
     from changestream.spark.source import register
 
     # Workers must import changestream and pyarrow from this environment.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    spark = (
+    builder = (
         SparkSession.builder.master(master)
         .appName(app_name)
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.pyspark.python", sys.executable)
-        .getOrCreate()
     )
+    if log is None:
+        spark = builder.getOrCreate()
+    else:
+        with _stderr_to(Path(log)):
+            spark = builder.getOrCreate()
+        spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     return spark
+
+
+@contextmanager
+def _stderr_to(log: Path) -> Iterator[None]:
+    """Point file descriptor 2 at ``log`` for the block: the JVM started in it inherits that,
+    and keeps writing there after this process's own stderr is put back."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    saved = os.dup(2)
+    target = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.dup2(target, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(target)
