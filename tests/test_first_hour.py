@@ -196,3 +196,37 @@ def test_a_server_never_reached_is_reported_within_seconds() -> None:
         remote.tables()
     assert time.monotonic() - began < 10  # the 30 s budget is for an established session
     remote.close()
+
+
+@pytest.mark.parametrize("where", ["file", "url"])
+def test_an_untyped_param_takes_the_type_of_the_column_it_meets(
+    tmp_path: Path, where: str, request: pytest.FixtureRequest
+) -> None:
+    path = str(tmp_path / "typed.db")
+    db = changestream.open(path)
+    request.addfinalizer(db.close)
+    db.execute_ddl("CREATE TABLE T (K INT64 NOT NULL, S STRING(MAX), F FLOAT64) PRIMARY KEY (K)")
+    with db.transaction() as tx:
+        tx.insert("T", ["K", "S", "F"], [[5, "x", 1.5], [6, "5", 2.0]])
+    runner = CliRunner()
+    target = path
+    if where == "url":
+        databases, url = request.getfixturevalue("served")
+        databases.add("typed", db)
+        request.addfinalizer(lambda: databases.remove("typed"))
+        target = f"{url}/typed"
+    k_is = runner.invoke(main, ["sql", target, "SELECT S FROM T WHERE K = @k", "-p", "k=5"])
+    assert (k_is.exit_code, k_is.output) == (0, '{"S":"x"}\n')
+    text = runner.invoke(main, ["sql", target, "SELECT K FROM T WHERE S = @s", "-p", "s=5"])
+    assert (text.exit_code, text.output) == (0, '{"K":6}\n')
+    both = runner.invoke(
+        main,
+        ["sql", target, "SELECT K FROM T t WHERE t.F > @f AND K IN (@a, @b)",
+         "-p", "f=1.6", "-p", "a=5", "-p", "b=6"],
+    )  # fmt: skip
+    assert (both.exit_code, both.output) == (0, '{"K":6}\n')
+    bad = runner.invoke(main, ["sql", target, "SELECT S FROM T WHERE K = @k", "-p", "k=abc"])
+    assert bad.exit_code == 2
+    assert "@k: 'abc' is not a valid INT64 value" in bad.output and "column 'K'" in bad.output
+    alone = runner.invoke(main, ["sql", target, "SELECT @x AS x", "-p", "x=5"])
+    assert alone.output == '{"x":"5"}\n'  # compared with no column: text

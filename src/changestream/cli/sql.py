@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from changestream.cli.common import json_line, open_database
+from changestream.sql.params import UntypedText
 
 
 def _parse_bool(text: str) -> bool:
@@ -28,9 +29,12 @@ _CONVERTERS: dict[str, Callable[[str], Any]] = {
 
 
 def parse_param(text: str) -> tuple[str, Any]:
-    """``name=value``, ``name:type=value`` (type: str, int, float, bool) or ``name:null``."""
+    """``name=value``, ``name:type=value`` (type: str, int, float, bool) or ``name:null``.
+    Without a type the value is untyped text, read as the type of the column it meets."""
     head, has_value, value = text.partition("=")
     name, _, kind = head.partition(":")
+    if not kind and has_value and name:
+        return name, UntypedText(value)  # read as the type of the column it meets
     kind = kind or "str"
     if not name:
         raise click.BadParameter(f"{text!r} has no parameter name", param_hint="--param")
@@ -60,8 +64,10 @@ def parse_param(text: str) -> tuple[str, Any]:
     "params",
     multiple=True,
     metavar="NAME[:TYPE]=VALUE",
-    help="Bind a query parameter (repeatable). TYPE is str (default), int, float or bool; "
-    "NAME:null binds NULL. @name in GoogleSQL; $1 in PostgreSQL is NAME 1.",
+    help="Bind a query parameter (repeatable). TYPE is str, int, float or bool; without one "
+    "the value takes the type of the column it is compared with or assigned to (K = @k with "
+    "K INT64 reads 5 as a number and refuses abc), else STRING. NAME:null binds NULL. @name "
+    "in GoogleSQL; $1 in PostgreSQL is NAME 1.",
 )
 def sql(path: str, query: str, params: tuple[str, ...]) -> None:
     """Run QUERY on the database at PATH and print each row as a JSON object.

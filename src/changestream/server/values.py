@@ -10,6 +10,7 @@ or the commit-timestamp sentinel. Each of those travels as an object with a sing
 ``{"$numeric": text}``  Decimal, ``str(value)`` (keeps precision and exponent)
 ``{"$float": text}``    ``NaN``, ``Infinity`` or ``-Infinity``
 ``{"$int": text}``      an integer outside the signed 64-bit range
+``{"$untyped": text}``  text given without a type (:class:`changestream.sql.params.UntypedText`)
 ``{"$commit_timestamp": true}``  :data:`changestream.COMMIT_TIMESTAMP`
 ``{"$key_range": {...}}``        a :class:`changestream.KeyRange` (bounds as lists)
 ``{"$object": {...}}``  a dict one of whose keys starts with ``$`` (so it is not read as a tag)
@@ -29,6 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 from changestream.errors import InvalidArgument
+from changestream.sql.params import UntypedText
 from changestream.store.keys import KeyRange
 from changestream.types import COMMIT_TIMESTAMP
 
@@ -83,6 +85,8 @@ def _encode_other(value: Any) -> Any:
         return _encode(int(value))
     if isinstance(value, float):
         return _encode(float(value))
+    if isinstance(value, UntypedText):
+        return {"$untyped": str(value)}
     if isinstance(value, str):
         return str(value)
     if isinstance(value, list | tuple):
@@ -168,6 +172,7 @@ _TEXT_TAGS: dict[str, Callable[[str], Any]] = {
     "$numeric": _parse_numeric,
     "$float": _parse_float,
     "$int": int,
+    "$untyped": UntypedText,
 }
 
 

@@ -4,6 +4,8 @@ A parameter assigned straight to a column (``INSERT ... VALUES (@p)``, ``SET c =
 checked against that column's type; any other takes the type Spanner's Python client infers
 from its Python type (bool BOOL, int INT64, float FLOAT64, Decimal NUMERIC, str STRING, bytes
 BYTES, date DATE, datetime TIMESTAMP, dict JSON, list/tuple ARRAY of its elements' type).
+:class:`UntypedText` (text given without a type, as the CLI's ``--param k=v``) is read as
+the type of the column it is assigned to or compared with.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 from typing import Any
+
+import orjson
 
 from changestream.errors import InvalidArgument
 from changestream.types import PARAMETER, ColumnType, normalize, to_sqlite
@@ -70,6 +74,34 @@ def _scalar_type(value: Any) -> ColumnType | None:
     return None
 
 
+class UntypedText(str):
+    """A parameter given as text with no type (``changestream sql --param k=5``): it is read
+    as the type of the column it is assigned to or compared with (``K = @k`` with K INT64
+    makes it 5, and ``abc`` an error naming the column), and is a STRING anywhere else."""
+
+
+def _from_text(ctype: ColumnType, text: str, label: str, column: str) -> Any:
+    """``text`` read as a value of ``ctype``, as a literal of that type would be written."""
+    code = ctype.code
+    try:
+        if code == "INT64":
+            return int(text.strip())
+        if code == "FLOAT64":
+            return float(text.strip())
+        if code == "NUMERIC":
+            return decimal.Decimal(text.strip())
+        if code == "BOOL":
+            return {"true": True, "false": False}[text.strip().lower()]
+        if code in ("JSON", "ARRAY"):
+            return orjson.loads(text)
+    except (ValueError, KeyError, ArithmeticError, orjson.JSONDecodeError) as exc:
+        raise InvalidArgument(
+            f"query parameter {label}: {shown(text)} is not a valid {ctype} value, the type of "
+            f"column {column!r} it is compared with or assigned to"
+        ) from exc
+    return str(text)  # STRING, BYTES, DATE, TIMESTAMP: the column's own check reads the text
+
+
 def stored_parameter(value: Any, label: str, column: tuple[str, ColumnType] | None = None) -> Any:
     """``value`` checked as the type of ``column`` (name, type) it is assigned to, or else as
     the type inferred from its Python type; in storage form."""
@@ -77,7 +109,11 @@ def stored_parameter(value: Any, label: str, column: tuple[str, ColumnType] | No
         return None
     if column is not None:
         name, ctype = column
+        if isinstance(value, UntypedText):
+            value = _from_text(ctype, value, label, name)
         return to_sqlite(ctype, normalize(ctype, value, name))
+    if isinstance(value, UntypedText):
+        value = str(value)
     ctype = inferred_type(value, label)
     if ctype.code == "JSON" and isinstance(value, tuple):
         value = list(value)

@@ -32,7 +32,7 @@ from changestream.sql.limits import (
     check_text,
     parse_deadline,
 )
-from changestream.sql.params import stored_parameter
+from changestream.sql.params import UntypedText, stored_parameter
 from changestream.types import ColumnType, normalize, to_sqlite
 
 Params = Mapping[str, Any] | Sequence[Any] | None
@@ -181,9 +181,10 @@ def _prepare(
     if isinstance(statement, exp.Update):
         return _update(statement, binder, column_types)
     if isinstance(statement, exp.Delete):
-        return _delete(statement, binder)
+        return _delete(statement, binder, column_types)
     if isinstance(statement, exp.Query):
-        return SelectQuery(*_render(statement, _bind(statement, binder)))
+        compared = _compared(statement, column_types)
+        return SelectQuery(*_render(statement, _bind(statement, binder, compared=compared)))
     raise InvalidArgument(_NOT_A_QUERY)
 
 
@@ -447,10 +448,16 @@ def _fold_timestamp_casts(tree: exp.Expr) -> None:
 Targets = dict[int, tuple[str, ColumnType]]
 
 
-def _bind(tree: exp.Expr, binder: _Binder, targets: Targets | None = None) -> list[Any]:
+def _bind(
+    tree: exp.Expr,
+    binder: _Binder,
+    targets: Targets | None = None,
+    compared: Targets | None = None,
+) -> list[Any]:
     """Swap parameters for numbered markers; return the storage-form values by marker number.
 
-    Each value is checked once: as its target column's type, or else by its Python type.
+    Each value is checked once: as its target column's type, or else by its Python type;
+    untyped text also takes the type of a column it is ``compared`` with.
     """
     if any(True for _ in tree.find_all(exp.Placeholder)):
         raise InvalidArgument(
@@ -467,7 +474,10 @@ def _bind(tree: exp.Expr, binder: _Binder, targets: Targets | None = None) -> li
             if value is not None:
                 value = format_ts(parse_ts(value, f"query parameter {parameter.sql()}"))
         label = parameter.sql()
-        values.append(stored_parameter(value, label, (targets or {}).get(id(parameter))))
+        column = (targets or {}).get(id(parameter))
+        if column is None and isinstance(value, UntypedText):
+            column = (compared or {}).get(id(parameter))
+        values.append(stored_parameter(value, label, column))
         target.replace(exp.Placeholder(this=f"{_MARKER}{len(values) - 1}"))
     return values
 
@@ -562,6 +572,37 @@ def _targets(
 
 
 _TEXT_STORED = frozenset({"TIMESTAMP", "DATE", "NUMERIC"})
+_COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
+
+
+def _compared(tree: exp.Expr, column_types: ColumnTypes | None) -> Targets:
+    """The column each parameter is compared straight with (``c = @p``, ``@p < t.c``,
+    ``c IN (@p, @q)``), where exactly one type fits the column's name among the tables."""
+    if column_types is None:
+        return {}
+    tables = {table.alias_or_name: table.name for table in tree.find_all(exp.Table)}
+
+    def typed(column: exp.Column) -> tuple[str, ColumnType] | None:
+        names = [tables.get(column.table, column.table)] if column.table else set(tables.values())
+        types = {found for name in names if (found := column_types(name, column.name))}
+        return (column.name, types.pop()) if len(types) == 1 else None
+
+    found: Targets = {}
+    for comparison in tree.find_all(*_COMPARISONS):
+        sides = (comparison.this, comparison.expression)
+        for column, parameter in (sides, sides[::-1]):
+            if (
+                isinstance(column, exp.Column)
+                and isinstance(parameter, exp.Parameter)
+                and (target := typed(column)) is not None
+            ):
+                found[id(parameter)] = target
+    for among in tree.find_all(exp.In):
+        if isinstance(among.this, exp.Column) and (target := typed(among.this)) is not None:
+            for item in among.expressions:
+                if isinstance(item, exp.Parameter):
+                    found[id(item)] = target
+    return found
 
 
 def _stored_text(ctype: ColumnType, text: str, column: str) -> str:
@@ -624,10 +665,15 @@ def _update(
         columns.append(column.name)
     pairs = [(a.this.name, a.expression) for a in statement.expressions]
     targets = _targets(table, pairs, column_types)
-    return _changing_statement("UPDATE", statement, target, table, tuple(columns), binder, targets)
+    compared = _compared(statement, column_types)
+    return _changing_statement(
+        "UPDATE", statement, target, table, tuple(columns), binder, targets, compared
+    )
 
 
-def _delete(statement: exp.Delete, binder: _Binder) -> DmlStatement:
+def _delete(
+    statement: exp.Delete, binder: _Binder, column_types: ColumnTypes | None
+) -> DmlStatement:
     _reject_clauses(statement, "DELETE", ("this", "where", "tables"))
     tables = statement.args.get("tables") or []
     if tables:
@@ -640,7 +686,8 @@ def _delete(statement: exp.Delete, binder: _Binder) -> DmlStatement:
         raise InvalidArgument("DELETE needs a WHERE clause (WHERE true deletes every row)")
     target = statement.this
     table = _target_table(target, "DELETE")
-    return _changing_statement("DELETE", statement, target, table, (), binder, {})
+    compared = _compared(statement, column_types)
+    return _changing_statement("DELETE", statement, target, table, (), binder, {}, compared)
 
 
 def _changing_statement(
@@ -651,8 +698,9 @@ def _changing_statement(
     columns: tuple[str, ...],
     binder: _Binder,
     targets: Targets,
+    compared: Targets,
 ) -> DmlStatement:
-    values = _bind(statement, binder, targets)
+    values = _bind(statement, binder, targets, compared)
     sql, params = _render(statement, values)
     select_old = exp.select("*").from_(target.copy()).where(statement.args["where"].this.copy())
     old_sql, old_params = _render(select_old, values)

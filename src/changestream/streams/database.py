@@ -193,7 +193,9 @@ class EmbeddedDatabase(Store):
         allowed functions and a budget (see :mod:`changestream.streams.sandbox`): pass one
         for SQL from callers you do not trust; the server always does. Without one, the
         database's ``SqlLimits`` bound the statement's parse and run time."""
-        statement = parse_statement(sql, params, limits=self.sql_limits)
+        statement = parse_statement(
+            sql, params, limits=self.sql_limits, column_types=self.column_type
+        )
         if isinstance(statement, ReadFunctionCall):
             records = self.read_change_stream(
                 statement.stream,
