@@ -308,6 +308,10 @@ def test_pipeline_killed_with_sigkill_mid_batch_restarts_with_every_event_once(
         [*command[:-4], "--until-caught-up"], capture_output=True, text=True, timeout=300
     )
     assert finished.returncode == 0, finished.stderr[-2000:]
+    # Spark's own log lines go to the stream's spark.log, not into the progress line.
+    assert " WARN " not in finished.stdout + finished.stderr, finished.stderr[-2000:]
+    (spark_log,) = (tmp_path / "events" / "_changestream").glob("s1-*/spark.log")
+    assert "spark.log" in finished.stdout and spark_log.stat().st_size > 0
     replica, source = _replica_rows(tmp_path / "replica", path, "Items"), _source_rows(path)
     assert replica == source, (finished.stdout[-600:], len(replica), len(source))
     events = _events(tmp_path / "events")

@@ -155,4 +155,7 @@ def run(
         progress.update(task, detail=f"starting Spark (its log: {job.spark_log})")
         final = job.run()
     frontier = "-" if final.frontier is None else format_ts(final.frontier)
-    click.echo(f"stream {name}: {final.state}, {final.rows_processed} events, through {frontier}")
+    click.echo(
+        f"stream {name}: {final.state}, {final.rows_processed} events, through {frontier} "
+        f"(Spark's log: {job.spark_log})"
+    )
