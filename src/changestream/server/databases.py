@@ -15,7 +15,6 @@ import sqlite3
 import threading
 from dataclasses import dataclass
 
-import changestream
 from changestream.errors import FailedPrecondition, InvalidArgument, NotFound
 from changestream.store.inspection import inspect
 from changestream.streams.database import EmbeddedDatabase
@@ -157,7 +156,7 @@ class Databases:
                     f"the server does not change it {how}"
                 )
             try:
-                db = changestream.open(path)
+                db = EmbeddedDatabase(path)
             except sqlite3.DatabaseError as exc:
                 raise InvalidArgument(f"{path!r} is not a changestream database: {exc}") from exc
             self._open[name] = db

@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from changestream import KeyRange
 from changestream.datastream.codecs import json_encoder, record_decoder
 from changestream.ddl.schema import Table
+from changestream.store.keys import KeyRange
 from changestream.streams.interface import Database
 
 Key = tuple[Any, ...]

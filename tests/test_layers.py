@@ -1,0 +1,92 @@
+"""Layers import only downward (DESIGN.md's table): every ``changestream`` import in the source,
+module level or inside a function, is checked against what its package may import."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+SOURCE = Path(__file__).resolve().parent.parent / "src" / "changestream"
+
+#: The bottom: standard library (and each other's errors) only.
+_BASE = {"errors", "values", "clock", "types", "extras", "deprecation", "retry"}
+#: What each package may import (besides itself), from DESIGN.md's layer table. ``store``
+#: reads DML through ``sql``; ``server`` serves the consumers above ``streams``.
+ALLOWED: dict[str, set[str]] = {
+    "errors": set(),
+    "values": {"errors"},
+    "clock": {"errors"},
+    "types": {"errors", "values", "clock"},
+    "extras": {"errors"},
+    "deprecation": set(),
+    "retry": set(),
+    "ddl": _BASE,
+    "sql": _BASE | {"ddl"},
+    "store": _BASE | {"ddl", "sql"},
+    "streams": _BASE | {"ddl", "sql", "store"},
+    "client": _BASE | {"ddl", "sql", "store", "streams"},
+    "watch": _BASE | {"ddl", "sql", "store", "streams"},
+    "datastream": _BASE | {"ddl", "sql", "store", "streams"},
+    "spark": _BASE | {"ddl", "sql", "store", "streams", "datastream"},
+    "server": _BASE | {"ddl", "sql", "store", "streams", "watch", "datastream", "client"},
+    "cli": {"*"},
+    "__init__": {"*"},
+    "__main__": {"*"},
+}
+#: Imports that go up today, each with why; the facade redesign (issue 16) removes them.
+KNOWN_UPWARD = {
+    # EmbeddedDatabase.watch() and .table() build watch's cursor and table handle.
+    ("streams/database.py", "watch"),
+    ("streams/interface.py", "watch"),
+    # Opening "a path or a URL" needs both implementations, which only the top knows.
+    ("spark/pipeline.py", "__init__"),
+    ("spark/source.py", "__init__"),
+    ("spark/tasks.py", "__init__"),
+    # The document's version is the package's.
+    ("server/openapi.py", "__init__"),
+}
+
+
+def _imports(path: Path) -> set[str]:
+    """The ``changestream`` packages (or top-level modules) ``path`` imports."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        names: list[str] = []
+        if isinstance(node, ast.ImportFrom) and node.module == "changestream":
+            # `from changestream import errors` imports a module; anything else, the top.
+            names = [
+                f"changestream.{a.name}" if (SOURCE / f"{a.name}.py").exists() else "changestream"
+                for a in node.names
+            ]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module]
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        for name in names:
+            parts = name.split(".")
+            if parts[0] == "changestream":
+                found.add(parts[1] if len(parts) > 1 else "__init__")
+    return found
+
+
+def test_every_package_imports_only_the_layers_below_it() -> None:
+    wrong = []
+    checked = 0
+    for path in sorted(SOURCE.rglob("*.py")):
+        relative = path.relative_to(SOURCE)
+        package = relative.parts[0] if len(relative.parts) > 1 else relative.stem
+        allowed = ALLOWED[package]
+        for target in _imports(path) - {package}:
+            checked += 1
+            if "*" in allowed or target in allowed:
+                continue
+            if (relative.as_posix(), target) not in KNOWN_UPWARD:
+                wrong.append(f"{relative} imports changestream.{target}")
+    assert checked > 100
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_known_upward_imports_are_still_there() -> None:
+    """An exception that is gone must leave the list, so the list never hides a new one."""
+    for module, target in KNOWN_UPWARD:
+        assert target in _imports(SOURCE / module), (module, target)
