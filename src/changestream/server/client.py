@@ -52,7 +52,6 @@ from changestream.server.values import decode, encode
 from changestream.server.wire import (
     action_from_json,
     error_from_json,
-    lease_from_json,
     lease_to_json,
     policy_from_json,
     record_from_line,
@@ -687,7 +686,7 @@ class RemoteLeaseTable:
         """Every row of this consumer group, in key order."""
         body = models.ConsumerRequest(consumer=self._consumer)
         reply = self._db._invoke("leases_list", body, stream=self._stream)
-        return [lease_from_json(_plain(x)) for x in reply.leases]
+        return list(reply.leases)
 
     def get(self, status_type: str, status_value: str) -> Lease | None:
         """The row with this key, or None."""
@@ -695,7 +694,8 @@ class RemoteLeaseTable:
             consumer=self._consumer, status_type=status_type, status_value=status_value
         )
         reply = self._db._invoke("leases_get", body, stream=self._stream)
-        return None if reply.lease is None else lease_from_json(_plain(reply.lease))
+        lease: Lease | None = reply.lease
+        return lease
 
     def insert_if_absent(self, lease: Lease) -> bool:
         """Add ``lease`` unless a row with its key exists; True when this call added it."""
@@ -703,8 +703,8 @@ class RemoteLeaseTable:
 
     def update(self, lease: Lease) -> Lease | None:
         """Write the lease if the row's counter still equals ``lease.lease_counter``."""
-        reply = self._change("leases_update", lease)
-        return None if reply.lease is None else lease_from_json(_plain(reply.lease))
+        written: Lease | None = self._change("leases_update", lease).lease
+        return written
 
     def delete(self, lease: Lease) -> bool:
         """Remove the row if its counter still equals ``lease.lease_counter``."""

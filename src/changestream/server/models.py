@@ -13,6 +13,8 @@ from typing import Any, Literal
 
 import msgspec
 
+from changestream.store.leases import Lease
+
 
 class Model(msgspec.Struct, kw_only=True, omit_defaults=True):
     """A response body (clients ignore fields they do not know, so the server may add some)."""
@@ -350,25 +352,14 @@ class Consumers(Model):
     consumers: list[str]
 
 
-class LeaseBody(Model):
-    """One row of a consumer group's lease table (the seed's columns)."""
-
-    status_type: str
-    status_value: str
-    checkpoint: str = ""
-    lease_counter: int = 0
-    lease_owner: str | None = None
-    lease_stealer: str | None = None
-    parent_shard_ids: list[str] = []
-    start_timestamp: int = 0
-
-
 class Leases(Model):
-    leases: list[LeaseBody]
+    """Lease rows, each with the seed's columns (``changestream.Lease``)."""
+
+    leases: list[Lease]
 
 
 class MaybeLease(Model):
-    lease: LeaseBody | None
+    lease: Lease | None
 
 
 class WatchSourceResponse(Model):

@@ -42,7 +42,6 @@ from changestream.server.wire import (
     StoredDataChange,
     action_to_json,
     lease_from_json,
-    lease_to_json,
     partition_to_json,
     policy_from_json,
     record_line,
@@ -517,14 +516,14 @@ async def _leases(request: Request, state: ServerState, consumer: str, work: Any
 
 
 def _lease(found: Lease | None) -> models.MaybeLease:
-    return models.MaybeLease(lease=None if found is None else _typed_lease(found))
+    return models.MaybeLease(lease=found)
 
 
 async def leases_list(
     request: Request, state: ServerState, principal: Principal, body: models.ConsumerRequest
 ) -> models.Leases:
     found = await _leases(request, state, body.consumer, lambda t: t.list_leases())
-    return models.Leases(leases=[_typed_lease(lease) for lease in found])
+    return models.Leases(leases=found)
 
 
 async def leases_get(
@@ -751,7 +750,3 @@ _B = TypeVar("_B", bound=models.Model)
 def _typed(items: list[dict[str, Any]], body: type[_B]) -> list[_B]:
     """``items`` as the declared response bodies (a mismatch is a bug, found by the tests)."""
     return msgspec.convert(items, list[body])  # type: ignore[valid-type]
-
-
-def _typed_lease(lease: Lease) -> models.LeaseBody:
-    return msgspec.convert(lease_to_json(lease), models.LeaseBody)
