@@ -13,6 +13,7 @@ from rich.table import Table
 from changestream.cli.common import json_line, open_database
 from changestream.clock import format_ts
 from changestream.datastream import StreamCatalog, StreamDefinition, discover
+from changestream.datastream.validation import Check, CheckStatus, refuse_on_failure
 from changestream.ddl.schema import options_text
 from changestream.streams.interface import Database
 
@@ -46,6 +47,15 @@ def streams() -> None:
     start and resume only change the state; `changestream pipeline run NAME --db D` does
     the work (and moves a Starting stream to Running).
     """
+
+
+_VALIDATE_ONLY = click.option(
+    "--validate-only",
+    is_flag=True,
+    help="Run every validation check, print each (PASSED, FAILED or WARNING) and change "
+    "nothing; exits 2 when a check fails.",
+)
+_FORCE = click.option("--force", is_flag=True, help="Skip validation.")
 
 
 @streams.command()
@@ -100,6 +110,8 @@ def streams() -> None:
     help="A column dropped from a source table: keep it in the replica (nullable, with the "
     "values it had) or drop it (the Delta table is rewritten at its next change).",
 )
+@_VALIDATE_ONLY
+@_FORCE
 def create(
     name: str,
     db_path: str,
@@ -113,6 +125,8 @@ def create(
     file_rotation_mb: float,
     file_rotation_interval: float,
     replica_dropped_columns: str,
+    validate_only: bool,
+    force: bool,
 ) -> None:
     """Define stream NAME, in state Not started.
 
@@ -140,7 +154,11 @@ def create(
             replica_dropped_columns=replica_dropped_columns,
         )
         catalog = StreamCatalog(db)
-        info = catalog.create(definition)
+        if (validate_only or not force) and _validated(
+            catalog.validate(definition), f"stream {name!r}", validate_only
+        ):
+            return
+        info = catalog.create(definition, force=True)
         objects = [definition.object_name(t.name) for t in definition.tables(db)]
     click.echo(
         f"created stream {name} ({info.state.value}), objects: {', '.join(objects) or 'none yet'}"
@@ -224,15 +242,41 @@ def describe(name: str, db_path: str, as_json: bool) -> None:
     _print(objects)
 
 
+def _validated(checks: list[Check], what: str, validate_only: bool) -> bool:
+    """Print every check (--validate-only) or the warnings (on stderr), and refuse on a failed
+    one; True when only validation was asked for (it passed)."""
+    for check in checks:
+        if validate_only:
+            click.echo(check.line())
+        elif check.status is CheckStatus.WARNING:
+            click.echo(f"warning: {check.name}: {check.message}", err=True)
+    refuse_on_failure(checks, what)
+    if validate_only:
+        click.echo(f"{what} passed validation; nothing was changed")
+    return validate_only
+
+
 def _verb(verb: str, summary: str) -> click.Command:
+    validated = verb in ("start", "resume")
+
     @click.command(name=verb, help=summary)
     @click.argument("name")
     @click.option("--db", "db_path", required=True, metavar="PATH_OR_URL", help=_DB_HELP)
-    def command(name: str, db_path: str) -> None:
+    def command(name: str, db_path: str, validate_only: bool = False, force: bool = False) -> None:
         with open_database(db_path) as db:
-            state = StreamCatalog(db).transition(name, verb)
+            catalog = StreamCatalog(db)
+            what = f"{verb} of stream {name!r}"
+            if (
+                validated
+                and (validate_only or not force)
+                and _validated(catalog.validate(name), what, validate_only)
+            ):
+                return
+            state = catalog.transition(name, verb)
         click.echo(f"stream {name} is now {state.value}")
 
+    if validated:
+        command = _FORCE(_VALIDATE_ONLY(command))
     return command
 
 

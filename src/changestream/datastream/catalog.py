@@ -26,6 +26,7 @@ from typing import Any
 from changestream.clock import format_ts, now_us
 from changestream.datastream.definition import StreamDefinition
 from changestream.datastream.states import StreamState, check_delete, next_state
+from changestream.datastream.validation import Check, refuse_on_failure, validate_stream
 from changestream.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from changestream.streams.interface import Database
 
@@ -156,10 +157,13 @@ class StreamCatalog:
 
     # -- definitions -------------------------------------------------------------------------
 
-    def create(self, definition: StreamDefinition) -> StreamInfo:
-        """Validate ``definition`` against the database and store it, Not started.
-        AlreadyExists when a stream of that name exists."""
-        definition.validate(self.db)
+    def create(self, definition: StreamDefinition, *, force: bool = False) -> StreamInfo:
+        """Validate ``definition`` against the database (every check of :meth:`validate`;
+        ``force`` skips them) and store it, Not started. AlreadyExists when a stream of that
+        name exists."""
+        if not force:
+            definition.validate(self.db)  # the precise error for a definition that cannot work
+            refuse_on_failure(self.validate(definition), f"stream {definition.name!r}")
         now = now_us()
         info = StreamInfo(replace(definition, created_at=now), StreamState.NOT_STARTED, now, 1)
         try:
@@ -169,6 +173,16 @@ class StreamCatalog:
         # Progress a crash left behind when a stream of this name was deleted.
         self.db.delete_system_document(PROGRESS_KIND, definition.name)
         return info
+
+    def validate(self, stream: StreamDefinition | str) -> list[Check]:
+        """Datastream's validation of a definition, or of a defined stream about to start or
+        resume (its CDC position is then checked against the change stream's retention)."""
+        if isinstance(stream, StreamDefinition):
+            return validate_stream(self.db, stream)
+        definition = self.get(stream).definition
+        progress = self.progress(stream)
+        position = progress.last_commit_timestamp or progress.cdc_start_timestamp
+        return validate_stream(self.db, definition, position)
 
     def list(self) -> list[StreamInfo]:
         """Every stream, by name."""
