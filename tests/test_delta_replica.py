@@ -5,6 +5,8 @@ split into random batches."""
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -366,3 +368,31 @@ def test_a_replica_read_by_name_needs_one_that_records_its_types(tmp_path: Path)
     write_deltalake(str(tmp_path / "db_Old"), pa.table({"K": [1], "_cs_sort_key": ["0"]}))
     with pytest.raises(changestream.FailedPrecondition, match="pass the source's Table"):
         DeltaReplica(tmp_path, "db", "Old")
+
+
+def test_a_replica_in_a_path_with_spaces_reads_back(tmp_path: Path) -> None:
+    """Delta URI-encodes file paths; the replica's own reader decodes them."""
+    replica = DeltaReplica(tmp_path / "my replicas", "db", KV)
+    replica.apply(kv_events((10, 1, "INSERT", "a"), (11, 2, "INSERT", "b")))
+    assert DeltaReplica(tmp_path / "my replicas", "db", "KV").read_rows() == [(1, "a"), (2, "b")]
+
+
+def test_reading_a_replica_lets_a_short_lived_process_exit_cleanly(tmp_path: Path) -> None:
+    """deltalake's own readers can abort a process at exit (delta-rs issue 2184); read_rows
+    reads the Parquet files itself. Several runs, since the abort is a race."""
+    replica = DeltaReplica(tmp_path, "db", KV)
+    replica.apply(kv_events((10, 1, "INSERT", "a")))
+    script = (
+        "import sys\n"
+        "from changestream.spark.replica import DeltaReplica\n"
+        "print(DeltaReplica(sys.argv[1], 'db', 'KV').read_rows())\n"
+    )
+    for _ in range(6):
+        ran = subprocess.run(
+            [sys.executable, "-c", script, str(tmp_path)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert (ran.returncode, ran.stdout) == (0, "[(1, 'a')]\n"), ran.stderr[-500:]

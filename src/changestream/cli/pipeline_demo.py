@@ -494,13 +494,13 @@ def replica_count(path: Path) -> tuple[int | None, int | None]:
     from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
-    from changestream.spark.replica import DELETED_COLUMN
+    from changestream.spark.replica import DELETED_COLUMN, delta_rows
 
     try:
         delta = DeltaTable(str(path))
     except TableNotFoundError:
         return None, None
-    deleted = delta.to_pyarrow_table(columns=[DELETED_COLUMN]).column(DELETED_COLUMN)
+    deleted = delta_rows(delta, [DELETED_COLUMN]).column(DELETED_COLUMN)
     return len(deleted) - sum(1 for flag in deleted.to_pylist() if flag), delta.version()
 
 

@@ -27,6 +27,7 @@ import functools
 import logging
 import operator
 import os
+import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +36,7 @@ from typing import Any, Final
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
@@ -149,6 +151,35 @@ def _arrow_schema(table: Table) -> pa.Schema:
         pa.field(DELETED_COLUMN, pa.bool_(), nullable=False),
     ]
     return pa.schema(fields)
+
+
+def delta_rows(delta: DeltaTable, columns: Sequence[str] | None = None) -> pa.Table:
+    """The rows of the table's current version, read from its Parquet files with pyarrow.
+
+    deltalake's own readers (``to_pyarrow_table``/``_dataset``) leave Rust runtime threads
+    that can abort a short-lived process as it exits ("terminate called without an active
+    exception", delta-rs issue 2184); reading the files itself does not. Replicas have no
+    deletion vectors or column mapping, so the files are the table. Files written before a
+    column was added lack it: it reads as null."""
+    schema = pa.schema(
+        [f for f in pa.schema(delta.schema().to_arrow()) if columns is None or f.name in columns]
+    )
+    parts = []
+    for uri in delta.file_uris():
+        # Delta keeps file paths URI-encoded (a space is %20).
+        part = pq.read_table(urllib.parse.unquote(uri.removeprefix("file://")))
+        parts.append(
+            pa.table(
+                [
+                    part[f.name].cast(f.type)
+                    if f.name in part.column_names
+                    else pa.nulls(len(part), f.type)
+                    for f in schema
+                ],
+                schema=schema,
+            )
+        )
+    return pa.concat_tables(parts) if parts else schema.empty_table()
 
 
 def replica_table(path: Path, name: str) -> Table:
@@ -286,7 +317,7 @@ class DeltaReplica:
         dropped = [f.name for f in delta.schema().fields if f.name not in wanted]
         if not dropped:
             return delta
-        kept = delta.to_pyarrow_table().drop_columns(dropped)
+        kept = delta_rows(delta).drop_columns(dropped)
         write_deltalake(str(self.path), kept, mode="overwrite", schema_mode="overwrite")
         log.info("replica %s: dropped columns %s, as its source did", self.object, dropped)
         return DeltaTable(str(self.path))
@@ -335,7 +366,7 @@ class DeltaReplica:
             delta = DeltaTable(str(self.path))
         except TableNotFoundError:
             return []
-        data = delta.to_pyarrow_table()
+        data = delta_rows(delta)
         data = data.filter(pc.invert(data[DELETED_COLUMN]))
         present = set(data.column_names)
         columns = [
