@@ -18,7 +18,7 @@ from changestream.datastream.segments import (
 )
 from tests.test_event_files import sample_events
 
-FORMATS = ["json", "avro"]
+FORMATS = ["json", "json.gz", "avro"]
 
 
 def write_segments(root: Path, format: str, batches: list[int], per_batch: int, cap: int) -> None:

@@ -525,3 +525,21 @@ def test_a_running_pipeline_follows_columns_added_and_dropped_while_it_runs(
     }
     assert len({e["schema_key"] for e in events}) >= 2
     assert all("Qty" not in e["payload"] for e in events if e["payload"]["Id"] >= 15)
+
+
+def test_gzip_json_files_read_back_with_spark(spark: Any, tmp_path: Path) -> None:
+    path = str(tmp_path / "source.db")
+    _create_items(path, rows=50)
+    _stream(path, tmp_path, compression="gzip", file_rotation_mb=0.002)
+    with changestream.open(path) as db:
+        write_items(db, seed=5, transactions=20)
+    assert _run(spark, path).state == "Running"
+    files = event_files(tmp_path / "events")
+    assert files and all(f.name.endswith(".jsonl.gz") for f in files)
+    events = _events(tmp_path / "events")
+    assert len({e["uuid"] for e in events}) == len(events) > 50
+    # Files joined from several segments are multi-member gzip, which Spark reads whole.
+    frame = spark.read.json([str(f) for f in files])
+    assert frame.count() == len(events)
+    assert {row["uuid"] for row in frame.select("uuid").collect()} == {e["uuid"] for e in events}
+    assert _replica_rows(tmp_path / "replica", path, "Items") == _source_rows(path)

@@ -110,6 +110,13 @@ _FORCE = click.option("--force", is_flag=True, help="Skip validation.")
     help="A column dropped from a source table: keep it in the replica (nullable, with the "
     "values it had) or drop it (the Delta table is rewritten at its next change).",
 )
+@click.option(
+    "--compression",
+    type=click.Choice(["none", "gzip"]),
+    default="none",
+    show_default=True,
+    help="Compress JSON event files with gzip (.jsonl.gz).",
+)
 @_VALIDATE_ONLY
 @_FORCE
 def create(
@@ -125,6 +132,7 @@ def create(
     file_rotation_mb: float,
     file_rotation_interval: float,
     replica_dropped_columns: str,
+    compression: str,
     validate_only: bool,
     force: bool,
 ) -> None:
@@ -152,6 +160,7 @@ def create(
             file_rotation_mb=file_rotation_mb,
             file_rotation_interval=file_rotation_interval,
             replica_dropped_columns=replica_dropped_columns,
+            compression=compression,
         )
         catalog = StreamCatalog(db)
         if (validate_only or not force) and _validated(

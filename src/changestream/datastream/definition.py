@@ -18,6 +18,8 @@ from changestream.streams.interface import Database
 NAME_PATTERN = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,62}")
 FORMATS = ("json", "avro")
 BACKFILL_MODES = ("automatic", "none")
+#: How JSON event files are compressed (Datastream's JSON destination option).
+COMPRESSIONS = ("none", "gzip")
 #: What the Delta replica does with a column dropped from its source table.
 DROPPED_COLUMN_MODES = ("keep", "drop")
 #: Value capture types whose data change records carry the whole new row, as events must.
@@ -71,6 +73,7 @@ class StreamDefinition:
     first event is ``file_rotation_interval`` seconds old (Datastream's rotation settings; a
     slow trickle makes about one file per object per interval). ``backfill="automatic"``
     emits every existing row before the changes, ``"none"`` only the changes.
+    ``compression="gzip"`` writes JSON files as ``.jsonl.gz``.
     ``replica_dropped_columns`` says what the replica does with a column dropped from the
     source: ``"keep"`` it (nullable, with the values it had) or ``"drop"`` it (the Delta table
     is rewritten without it at its next change). ``created_at`` (µs) is set by the catalog.
@@ -88,6 +91,7 @@ class StreamDefinition:
     file_rotation_mb: float = 50.0
     file_rotation_interval: float = 60.0
     replica_dropped_columns: str = "keep"
+    compression: str = "none"
     created_at: int = 0
 
     def __post_init__(self) -> None:
@@ -110,6 +114,15 @@ class StreamDefinition:
         if self.backfill not in BACKFILL_MODES:
             raise InvalidArgument(
                 f"backfill must be one of {', '.join(BACKFILL_MODES)}, got {self.backfill!r}"
+            )
+        if self.compression not in COMPRESSIONS:
+            raise InvalidArgument(
+                f"compression must be one of {', '.join(COMPRESSIONS)}, got {self.compression!r}"
+            )
+        if self.compression != "none" and self.format != "json":
+            raise InvalidArgument(
+                f"compression {self.compression!r} is for JSON files; Avro files compress "
+                "their own blocks"
             )
         if self.replica_dropped_columns not in DROPPED_COLUMN_MODES:
             raise InvalidArgument(
@@ -154,6 +167,11 @@ class StreamDefinition:
     def object_name(self, table: str) -> str:
         """The object name of ``table``: ``<schema>_<table>``."""
         return object_name(self.schema, table)
+
+    @property
+    def file_format(self) -> str:
+        """How event files are written: ``json``, ``json.gz`` (gzip) or ``avro``."""
+        return "json.gz" if self.compression == "gzip" else self.format
 
     def to_dict(self) -> dict[str, Any]:
         """The definition as JSON (tuples as lists)."""

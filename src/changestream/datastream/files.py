@@ -19,6 +19,7 @@ partial visible one.
 
 from __future__ import annotations
 
+import gzip
 import os
 import uuid
 from collections.abc import Iterable, Sequence
@@ -34,7 +35,8 @@ from changestream.datastream.events import Event
 from changestream.errors import InvalidArgument
 
 FORMATS: Final = ("json", "avro")
-EXTENSIONS: Final = {"json": ".jsonl", "avro": ".avro"}
+#: Each file format's file name ending; ``json.gz`` is JSON lines compressed with gzip.
+EXTENSIONS: Final = {"json": ".jsonl", "json.gz": ".jsonl.gz", "avro": ".avro"}
 DEFAULT_MAX_FILE_BYTES: Final = 50 * 1024 * 1024
 DEFAULT_MAX_FILE_SECONDS: Final = 60.0
 # Fixed so deterministic file names stay the same across processes and releases.
@@ -52,7 +54,7 @@ class _Sink(Protocol):
 
 
 class _JsonSink:
-    def __init__(self, fo: IO[bytes]) -> None:
+    def __init__(self, fo: IO[bytes] | gzip.GzipFile) -> None:
         self._fo = fo
         self._size = 0
 
@@ -64,6 +66,18 @@ class _JsonSink:
 
     def finish(self) -> None:
         return None
+
+
+class _GzipJsonSink(_JsonSink):
+    """JSON lines in one gzip member: members concatenate into a valid gzip file, so
+    segments can be joined into a published file without recompressing."""
+
+    def __init__(self, fo: IO[bytes]) -> None:
+        self._gzip = gzip.GzipFile(fileobj=fo, mode="wb", mtime=0)
+        super().__init__(self._gzip)
+
+    def finish(self) -> None:
+        self._gzip.close()  # writes the member's trailer; the file stays open
 
 
 class _AvroSink:
@@ -99,9 +113,13 @@ class EventFile:
         self.size = 0
         self.temp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
         self._fo = open(self.temp, "wb", buffering=_BUFFER_BYTES)  # noqa: SIM115 (closed in commit/abort)
-        self._sink: _Sink = (
-            _JsonSink(self._fo) if format == "json" else _AvroSink(self._fo, first, max_file_bytes)
-        )
+        self._sink: _Sink
+        if format == "json":
+            self._sink = _JsonSink(self._fo)
+        elif format == "json.gz":
+            self._sink = _GzipJsonSink(self._fo)
+        else:
+            self._sink = _AvroSink(self._fo, first, max_file_bytes)
 
     def write(self, event: Event) -> None:
         self.size = self._sink.write(event)
@@ -231,17 +249,19 @@ def sync_directories(directories: Iterable[Path]) -> None:
 
 
 def read_events(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """The events of a ``.jsonl`` or ``.avro`` file, each in :meth:`Event.to_json_dict` form."""
+    """The events of a ``.jsonl``, ``.jsonl.gz`` or ``.avro`` file, each in
+    :meth:`Event.to_json_dict` form."""
     path = Path(path)
-    if path.suffix == ".jsonl":
-        with open(path, "rb") as fo:
+    if path.suffix == ".jsonl" or path.name.endswith(".jsonl.gz"):
+        opener = gzip.open if path.suffix == ".gz" else open
+        with opener(path, "rb") as fo:
             return [orjson.loads(line) for line in fo if line.strip()]
     if path.suffix == ".avro":
         with open(path, "rb") as fo:
             reader = fastavro.reader(fo)
             convert = payload_converter(cast(dict[str, Any], reader.writer_schema))
             return [event_dict(cast(dict[str, Any], record), convert) for record in reader]
-    raise InvalidArgument(f"event files end in .jsonl or .avro, got {path.name!r}")
+    raise InvalidArgument(f"event files end in .jsonl, .jsonl.gz or .avro, got {path.name!r}")
 
 
 def event_files(root: str | os.PathLike[str]) -> Sequence[Path]:
@@ -249,5 +269,5 @@ def event_files(root: str | os.PathLike[str]) -> Sequence[Path]:
     return sorted(
         p
         for p in Path(root).rglob("*")
-        if p.suffix in (".jsonl", ".avro") and not p.name.startswith(".")
+        if p.name.endswith(tuple(EXTENSIONS.values())) and not p.name.startswith(".")
     )

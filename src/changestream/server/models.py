@@ -387,6 +387,7 @@ class StreamDefinitionBody(Model):
     file_rotation_mb: float = 50.0
     file_rotation_interval: float = 60.0
     replica_dropped_columns: str = "keep"
+    compression: str = "none"
     #: When the stream was defined: microseconds since the epoch in listings, RFC 3339 text
     #: in a description.
     created_at: int | str = 0

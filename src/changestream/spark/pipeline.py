@@ -456,7 +456,7 @@ class SparkPipeline:
             stream_name=self.definition.name,
             schema=self.definition.schema,
             tables=tables,
-            format=self.definition.format,
+            format=self.definition.file_format,
             max_file_bytes=self.definition.max_file_bytes,
             segments=str(self._work / "segments"),
             staging=str(self._work / "staging"),
@@ -561,7 +561,7 @@ class SparkPipeline:
             tuple(str(lane.directory) for lane in lanes),
             definition.destination,
             self._incarnation,
-            definition.format,
+            definition.file_format,
             definition.max_file_bytes,
         )
         obj = lanes[0].obj if len({lane.obj for lane in lanes}) == 1 else "*"
