@@ -265,7 +265,7 @@ def test_arguments_are_checked(tmp_path: Path) -> None:
         EventFileWriter(tmp_path, "csv")
     with pytest.raises(InvalidArgument, match="max_file_bytes"):
         EventFileWriter(tmp_path, "json", max_file_bytes=0)
-    with pytest.raises(InvalidArgument, match=r"\.jsonl or \.avro"):
+    with pytest.raises(InvalidArgument, match=r"\.jsonl, \.jsonl\.gz or \.avro"):
         read_events(tmp_path / "x.txt")
 
 
