@@ -135,6 +135,9 @@ def test_cli_errors(target: tuple[str, changestream.EmbeddedDatabase]) -> None:
     )  # fmt: skip
     result = run(*base, "--change-stream", "Everything", "--format", "csv")
     assert result.exit_code == 2 and "'csv' is not one of 'json', 'avro'" in result.output
+    assert "compression 'gzip' is for JSON files" in fails(
+        *base, "--change-stream", "Everything", "--format", "avro", "--compression", "gzip"
+    )
     result = run(*base, "--change-stream", "Everything", "--replica-dropped-columns", "hide")
     assert result.exit_code == 2 and "'hide' is not one of 'keep', 'drop'" in result.output
     with pytest.raises(changestream.InvalidArgument, match="replica_dropped_columns must be"):
