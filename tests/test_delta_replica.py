@@ -396,3 +396,28 @@ def test_reading_a_replica_lets_a_short_lived_process_exit_cleanly(tmp_path: Pat
             check=False,
         )
         assert (ran.returncode, ran.stdout) == (0, "[(1, 'a')]\n"), ran.stderr[-500:]
+
+
+def test_the_replica_has_a_change_data_feed(tmp_path: Path) -> None:
+    """Delta's change data feed is on, so a downstream job reads the replica's own changes."""
+    old = tmp_path / "db_KV"
+    write_deltalake(str(old), DeltaReplica(tmp_path, "db", KV).schema.empty_table())
+    replica = DeltaReplica(tmp_path, "db", KV)  # a replica made before: the feed is turned on
+    replica.apply(kv_events((10, 1, "INSERT", "a"), (11, 2, "INSERT", "b")))
+    replica.apply(kv_events((20, 1, "UPDATE", "a2"), (21, 2, "DELETE", None)))
+    delta = DeltaTable(str(replica.path))
+    assert delta.metadata().configuration["delta.enableChangeDataFeed"] == "true"
+    # Version 0 predates the feed (a replica made before it); 1 turned it on.
+    changes = pa.table(delta.load_cdf(starting_version=1).read_all()).to_pylist()
+    seen = sorted(
+        ((c["K"], c["V"], c["_change_type"], c["_cs_deleted"]) for c in changes),
+        key=lambda change: (change[0], change[2]),
+    )
+    assert seen == [
+        (1, "a", "insert", False),
+        (1, "a2", "update_postimage", False),
+        (1, "a", "update_preimage", False),
+        (2, "b", "insert", False),
+        (2, None, "update_postimage", True),  # a delete is a tombstone: an update here
+        (2, "b", "update_preimage", False),
+    ]

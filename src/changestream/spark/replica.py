@@ -128,6 +128,9 @@ class ApplyStats:
     version: int | None
 
 
+_CDF_PROPERTY = "delta.enableChangeDataFeed"
+_CHANGE_DATA_FEED: Final[dict[str, str]] = {_CDF_PROPERTY: "true"}
+
 #: Field metadata recording a column's type (its catalog JSON) and key position, so a replica
 #: can be read knowing only its table's name (NUMERIC and JSON are both text in Arrow).
 _TYPE_METADATA = "changestream.type"
@@ -244,8 +247,16 @@ class DeltaReplica:
         )
 
     def ensure(self) -> DeltaTable:
-        """The Delta table, created empty with the replica schema if it does not exist yet."""
-        return DeltaTable.create(str(self.path), self.schema, mode="ignore")
+        """The Delta table, created empty with the replica schema if it does not exist yet,
+        with Delta's change data feed on (so ``readChangeFeed`` / ``load_cdf`` read the
+        replica's own changes); a replica made before that gets it turned on."""
+        delta = DeltaTable.create(
+            str(self.path), self.schema, mode="ignore", configuration=dict(_CHANGE_DATA_FEED)
+        )
+        configuration = delta.metadata().configuration
+        if configuration.get(_CDF_PROPERTY) != "true":
+            delta.alter.set_table_properties(_CHANGE_DATA_FEED)
+        return delta
 
     def apply(self, events: Sequence[Event]) -> ApplyStats:
         """Apply a batch of events of this table with one MERGE: per key, the event with the
