@@ -23,6 +23,7 @@ from changestream.datastream.events import CdcMod, Event, backfill_events, cdc_e
 from changestream.datastream.files import EventFileWriter, event_files, read_events
 from changestream.ddl.schema import Table
 from changestream.errors import InvalidArgument
+from changestream.spark.history import HistoryReplica
 from changestream.spark.replica import DeltaReplica, sort_key_text
 from tests.datastream_support import (
     ALL_TYPES_DDL,
@@ -421,3 +422,23 @@ def test_the_replica_has_a_change_data_feed(tmp_path: Path) -> None:
         (2, None, "update_postimage", True),  # a delete is a tombstone: an update here
         (2, "b", "update_preimage", False),
     ]
+
+
+def test_an_append_only_replica_keeps_every_event_in_order(tmp_path: Path) -> None:
+    history = HistoryReplica(tmp_path, "db", KV)
+    first = kv_events((10, 1, "INSERT", "a"), (11, 2, "INSERT", "b"))
+    second = kv_events((20, 1, "UPDATE", "a2"), (21, 2, "DELETE", None), (22, 1, "UPDATE", "a3"))
+    assert history.apply(second).inserted == 3  # out of order: the history sorts it
+    assert history.apply(first).inserted == 2
+    assert history.apply(first + second).inserted == 0  # replayed: nothing appended
+    rows = history.read_rows()
+    assert [(k, v, change) for k, v, change, _ in rows] == [
+        (1, "a", "INSERT"),
+        (2, "b", "INSERT"),
+        (1, "a2", "UPDATE-INSERT"),
+        (2, None, "DELETE"),
+        (1, "a3", "UPDATE-INSERT"),
+    ]
+    stamps = [stamp for *_, stamp in rows]
+    assert stamps == sorted(stamps) and all(s.tzinfo is not None for s in stamps)
+    assert DeltaReplica(tmp_path, "db", "KV").table.primary_key == ("K",)

@@ -26,6 +26,7 @@ import changestream
 from changestream.clock import now_us
 from changestream.datastream import StreamCatalog, StreamDefinition
 from changestream.datastream.files import event_files, read_events
+from changestream.spark.history import HistoryReplica
 from changestream.spark.pipeline import PipelineFailed, PipelineOptions, SparkPipeline
 from changestream.spark.replica import DeltaReplica
 from tests.lineage import read_lineage
@@ -543,3 +544,25 @@ def test_gzip_json_files_read_back_with_spark(spark: Any, tmp_path: Path) -> Non
     assert frame.count() == len(events)
     assert {row["uuid"] for row in frame.select("uuid").collect()} == {e["uuid"] for e in events}
     assert _replica_rows(tmp_path / "replica", path, "Items") == _source_rows(path)
+
+
+def test_an_append_only_replica_holds_one_row_per_event_in_order(
+    spark: Any, tmp_path: Path
+) -> None:
+    path = str(tmp_path / "source.db")
+    _create_items(path, rows=5)
+    _stream(path, tmp_path, replica_mode="append-only")
+    with changestream.open(path) as db:
+        with db.transaction() as tx:
+            tx.update("Items", ["Id", "Qty"], [[1, 100]])
+        with db.transaction() as tx:
+            tx.delete("Items", [[2]])
+    assert _run(spark, path).state == "Running"
+    events = sorted(_events(tmp_path / "events"), key=lambda e: e["sort_keys"])
+    with changestream.open(path) as db:
+        table = next(t for t in db.tables() if t.name == "Items")
+    history = HistoryReplica(tmp_path / "replica", "source", table).read_rows()
+    # The backfill reads the 4 rows left after the changes; CDC adds the update and delete.
+    assert len(history) == len(events) == 6
+    assert sorted(row[-2] for row in history) == ["DELETE", *["INSERT"] * 4, "UPDATE-INSERT"]
+    assert [row[0] for row in history] == [e["payload"]["Id"] for e in events]  # in order

@@ -117,6 +117,14 @@ _FORCE = click.option("--force", is_flag=True, help="Skip validation.")
     show_default=True,
     help="Compress JSON event files with gzip (.jsonl.gz).",
 )
+@click.option(
+    "--replica-mode",
+    type=click.Choice(["merge", "append-only"]),
+    default="merge",
+    show_default=True,
+    help="merge: the replica equals the source, one row per key; append-only: every event "
+    "is appended with its change type (the history).",
+)
 @_VALIDATE_ONLY
 @_FORCE
 def create(
@@ -133,6 +141,7 @@ def create(
     file_rotation_interval: float,
     replica_dropped_columns: str,
     compression: str,
+    replica_mode: str,
     validate_only: bool,
     force: bool,
 ) -> None:
@@ -161,6 +170,7 @@ def create(
             file_rotation_interval=file_rotation_interval,
             replica_dropped_columns=replica_dropped_columns,
             compression=compression,
+            replica_mode=replica_mode,
         )
         catalog = StreamCatalog(db)
         if (validate_only or not force) and _validated(

@@ -20,6 +20,9 @@ FORMATS = ("json", "avro")
 BACKFILL_MODES = ("automatic", "none")
 #: How JSON event files are compressed (Datastream's JSON destination option).
 COMPRESSIONS = ("none", "gzip")
+#: How a replica is written (Datastream's BigQuery write modes): one row per key equal to the
+#: source, or every event appended (the history).
+REPLICA_MODES = ("merge", "append-only")
 #: What the Delta replica does with a column dropped from its source table.
 DROPPED_COLUMN_MODES = ("keep", "drop")
 #: Value capture types whose data change records carry the whole new row, as events must.
@@ -73,7 +76,8 @@ class StreamDefinition:
     first event is ``file_rotation_interval`` seconds old (Datastream's rotation settings; a
     slow trickle makes about one file per object per interval). ``backfill="automatic"``
     emits every existing row before the changes, ``"none"`` only the changes.
-    ``compression="gzip"`` writes JSON files as ``.jsonl.gz``.
+    ``compression="gzip"`` writes JSON files as ``.jsonl.gz``. ``replica_mode``: ``"merge"``
+    (one row per key, equal to the source) or ``"append-only"`` (every event a row).
     ``replica_dropped_columns`` says what the replica does with a column dropped from the
     source: ``"keep"`` it (nullable, with the values it had) or ``"drop"`` it (the Delta table
     is rewritten without it at its next change). ``created_at`` (µs) is set by the catalog.
@@ -92,6 +96,7 @@ class StreamDefinition:
     file_rotation_interval: float = 60.0
     replica_dropped_columns: str = "keep"
     compression: str = "none"
+    replica_mode: str = "merge"
     created_at: int = 0
 
     def __post_init__(self) -> None:
@@ -114,6 +119,10 @@ class StreamDefinition:
         if self.backfill not in BACKFILL_MODES:
             raise InvalidArgument(
                 f"backfill must be one of {', '.join(BACKFILL_MODES)}, got {self.backfill!r}"
+            )
+        if self.replica_mode not in REPLICA_MODES:
+            raise InvalidArgument(
+                f"replica_mode must be one of {', '.join(REPLICA_MODES)}, got {self.replica_mode!r}"
             )
         if self.compression not in COMPRESSIONS:
             raise InvalidArgument(

@@ -388,6 +388,7 @@ class StreamDefinitionBody(Model):
     file_rotation_interval: float = 60.0
     replica_dropped_columns: str = "keep"
     compression: str = "none"
+    replica_mode: str = "merge"
     #: When the stream was defined: microseconds since the epoch in listings, RFC 3339 text
     #: in a description.
     created_at: int | str = 0

@@ -462,6 +462,7 @@ class SparkPipeline:
             staging=str(self._work / "staging"),
             replica=self.definition.replica,
             drop_dropped_columns=self.definition.replica_dropped_columns == "drop",
+            append_only=self.definition.replica_mode == "append-only",
         )
 
     def _tables(self) -> dict[str, Table]:

@@ -51,7 +51,16 @@ log = logging.getLogger(__name__)
 SORT_KEY_COLUMN: Final = "_cs_sort_key"
 UUID_COLUMN: Final = "_cs_uuid"
 DELETED_COLUMN: Final = "_cs_deleted"
-BOOKKEEPING_COLUMNS: Final = (SORT_KEY_COLUMN, UUID_COLUMN, DELETED_COLUMN)
+#: An append-only replica's (see :mod:`changestream.spark.history`).
+CHANGE_TYPE_COLUMN: Final = "_cs_change_type"
+SOURCE_TIMESTAMP_COLUMN: Final = "_cs_source_timestamp"
+BOOKKEEPING_COLUMNS: Final = (
+    SORT_KEY_COLUMN,
+    UUID_COLUMN,
+    DELETED_COLUMN,
+    CHANGE_TYPE_COLUMN,
+    SOURCE_TIMESTAMP_COLUMN,
+)
 
 
 _SCALAR_ARROW_TYPES: Final[dict[str, pa.DataType]] = {
@@ -137,8 +146,8 @@ _TYPE_METADATA = "changestream.type"
 _KEY_METADATA = "changestream.key"
 
 
-@functools.lru_cache(maxsize=256)
-def _arrow_schema(table: Table) -> pa.Schema:
+def source_fields(table: Table) -> list[pa.Field]:
+    """The replica fields of the source's columns, each recording its type and key position."""
     keys = {name: position for position, name in enumerate(table.primary_key)}
 
     def metadata(column: Column) -> dict[str, str]:
@@ -147,13 +156,19 @@ def _arrow_schema(table: Table) -> pa.Schema:
             found[_KEY_METADATA] = str(keys[column.name])
         return found
 
-    fields = [pa.field(c.name, arrow_type(c.type), metadata=metadata(c)) for c in table.columns]
-    fields += [
-        pa.field(SORT_KEY_COLUMN, pa.string(), nullable=False),
-        pa.field(UUID_COLUMN, pa.string(), nullable=False),
-        pa.field(DELETED_COLUMN, pa.bool_(), nullable=False),
-    ]
-    return pa.schema(fields)
+    return [pa.field(c.name, arrow_type(c.type), metadata=metadata(c)) for c in table.columns]
+
+
+@functools.lru_cache(maxsize=256)
+def _arrow_schema(table: Table) -> pa.Schema:
+    return pa.schema(
+        [
+            *source_fields(table),
+            pa.field(SORT_KEY_COLUMN, pa.string(), nullable=False),
+            pa.field(UUID_COLUMN, pa.string(), nullable=False),
+            pa.field(DELETED_COLUMN, pa.bool_(), nullable=False),
+        ]
+    )
 
 
 def delta_rows(delta: DeltaTable, columns: Sequence[str] | None = None) -> pa.Table:
@@ -229,7 +244,7 @@ class DeltaReplica:
         self._drop_dropped_columns = drop_dropped_columns
         self.object = object_name(database, table.name)
         self.path = Path(root) / self.object
-        self.schema = _arrow_schema(table)
+        self.schema = self._schema_for(table)
         self._schema_key = schema_key(table)
         self._to_arrow = [text_encoder(c.type) for c in table.columns]
         self._from_arrow = [text_decoder(c.type) for c in table.columns]
@@ -245,6 +260,10 @@ class DeltaReplica:
             else f"(t.{_quote(c.name)} IS NOT DISTINCT FROM s.{_quote(c.name)})"
             for c in table.key_columns
         )
+
+    @staticmethod
+    def _schema_for(table: Table) -> pa.Schema:
+        return _arrow_schema(table)
 
     def ensure(self) -> DeltaTable:
         """The Delta table, created empty with the replica schema if it does not exist yet,
@@ -270,11 +289,7 @@ class DeltaReplica:
         latest: dict[Any, Event] = {}
         key_of = self._key_of
         for event in events:
-            if event.object != self.object or event.schema_key != self._schema_key:
-                raise InvalidArgument(
-                    f"event {event.uuid} is for {event.object} (schema {event.schema_key}), "
-                    f"this replica holds {self.object} (schema {self._schema_key})"
-                )
+            self._check_belongs(event)
             key = key_of(event.payload)
             seen = latest.get(key)
             if seen is None or event.sort_keys >= seen.sort_keys:
@@ -282,6 +297,18 @@ class DeltaReplica:
         if not latest:
             return self.schema.empty_table()
         return self._source(list(latest.values()))
+
+    def staged(self, parts: list[pa.Table]) -> pa.Table:
+        """One task's :meth:`source_rows` of several micro-batch parts, as it stages them:
+        the newest row per key."""
+        return latest_per_key(pa.concat_tables(parts), list(self.table.primary_key))
+
+    def _check_belongs(self, event: Event) -> None:
+        if event.object != self.object or event.schema_key != self._schema_key:
+            raise InvalidArgument(
+                f"event {event.uuid} is for {event.object} (schema {event.schema_key}), "
+                f"this replica holds {self.object} (schema {self._schema_key})"
+            )
 
     def apply_arrow(self, source: pa.Table) -> ApplyStats:
         """MERGE rows in the replica's schema (from several tasks): per key the row with the
@@ -345,10 +372,26 @@ class DeltaReplica:
             else:
                 values = [convert(payload[name]) for payload in payloads]
             columns.append(pa.array(values, type=field.type))
-        columns.append(_sort_key_texts([e.sort_keys for e in events]))
-        columns.append(pa.array([e.uuid for e in events], pa.string()))
-        columns.append(pa.array([e.is_deleted for e in events], pa.bool_()))
+        columns += self._bookkeeping(events)
         return pa.Table.from_arrays(columns, schema=self.schema)
+
+    def _bookkeeping(self, events: list[Event]) -> list[pa.Array]:
+        """The values of the bookkeeping columns (after the source's) for ``events``."""
+        return [
+            _sort_key_texts([e.sort_keys for e in events]),
+            pa.array([e.uuid for e in events], pa.string()),
+            pa.array([e.is_deleted for e in events], pa.bool_()),
+        ]
+
+    def _source_values(self, data: pa.Table) -> list[list[Any]]:
+        """The source's columns of ``data`` as Python values (as ``Database.read`` has them)."""
+        present = set(data.column_names)
+        return [
+            [convert(value) for value in data[column.name].to_pylist()]
+            if column.name in present
+            else [None] * data.num_rows  # added to the source since the last MERGE
+            for column, convert in zip(self.table.columns, self._from_arrow, strict=True)
+        ]
 
     def maintain(self, vacuum_retention_hours: float) -> dict[str, int]:
         """Compact the table's small files into larger ones, then delete the files no version
@@ -379,14 +422,7 @@ class DeltaReplica:
             return []
         data = delta_rows(delta)
         data = data.filter(pc.invert(data[DELETED_COLUMN]))
-        present = set(data.column_names)
-        columns = [
-            [convert(value) for value in data[column.name].to_pylist()]
-            if column.name in present
-            else [None] * data.num_rows  # added to the source since the last MERGE
-            for column, convert in zip(self.table.columns, self._from_arrow, strict=True)
-        ]
-        rows = list(zip(*columns, strict=True))
+        rows = list(zip(*self._source_values(data), strict=True))
         positions = [
             [c.name for c in self.table.columns].index(name) for name in self.table.primary_key
         ]

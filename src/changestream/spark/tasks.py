@@ -32,8 +32,9 @@ from changestream.datastream.segments import (
 from changestream.ddl.schema import Table
 from changestream.spark.backfill import Chunk
 from changestream.spark.frontier import ReadRange
+from changestream.spark.history import HistoryReplica
 from changestream.spark.planning import read_records
-from changestream.spark.replica import DeltaReplica, latest_per_key
+from changestream.spark.replica import DeltaReplica
 from changestream.streams.interface import Database
 from changestream.streams.records import DataChangeRecord
 
@@ -74,6 +75,7 @@ class TaskPlan:
     staging: str
     replica: str | None
     drop_dropped_columns: bool = False
+    append_only: bool = False
 
     def writer(self, lane: str, seq: int, task: int) -> SegmentWriter:
         return SegmentWriter(Path(self.segments), self.format, self.max_file_bytes, lane, seq, task)
@@ -81,8 +83,9 @@ class TaskPlan:
     @functools.cached_property
     def replicas(self) -> dict[str, DeltaReplica]:
         root = self.replica or ""
+        kind = HistoryReplica if self.append_only else DeltaReplica
         return {
-            name: DeltaReplica(root, self.schema, t, drop_dropped_columns=self.drop_dropped_columns)
+            name: kind(root, self.schema, t, drop_dropped_columns=self.drop_dropped_columns)
             for name, t in self.tables.items()
         }
 
@@ -107,7 +110,7 @@ class _Staging:
         out: list[Summary] = []
         for table, parts in self.parts.items():
             replica = self.plan.replicas[table]
-            rows = latest_per_key(pa.concat_tables(parts), list(replica.table.primary_key))
+            rows = replica.staged(parts)
             path = Path(self.plan.staging) / batch_key / replica.object / f"{task:05d}.arrow"
             path.parent.mkdir(parents=True, exist_ok=True)
             with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, rows.schema) as w:
