@@ -115,3 +115,30 @@ def test_the_python_api_validates_and_warns(shop: str, monkeypatch: pytest.Monke
         assert retention.status is CheckStatus.WARNING and "expired" in retention.message
         catalog.create(slow)
         assert [info.name for info in catalog.list()] == ["t"]
+
+
+def test_update_changes_only_what_is_given_and_validates(shop: str) -> None:
+    with changestream.open(shop) as db:
+        db.execute_ddl("CREATE TABLE Customers (Id INT64 NOT NULL) PRIMARY KEY (Id)")
+    create = ("streams", "create", "s", "--db", shop, "--change-stream", "Whole",
+              "--destination", "out", "--include", "Orders")  # fmt: skip
+    assert cli(*create)[0] == 0
+    code, out = cli("streams", "update", "s", "--db", shop, "--include", "Orders,Customers",
+                    "--file-rotation-mb", "5", "--validate-only")  # fmt: skip
+    assert code == 0 and "PASSED   objects: tables: Customers, Orders" in out
+    with changestream.open(shop) as db:
+        assert StreamCatalog(db).get("s").definition.include == ("Orders",)  # unchanged
+    code, out = cli("streams", "update", "s", "--db", shop, "--include", "Orders,Customers",
+                    "--file-rotation-mb", "5")  # fmt: skip
+    assert (code, out) == (0, "updated stream s: file_rotation_mb, include\n")
+    code, out = cli("streams", "update", "s", "--db", shop, "--include", "Orders,Nope")
+    assert code == 2 and "table 'Nope' does not exist" in out
+    with changestream.open(shop) as db:
+        catalog = StreamCatalog(db)
+        definition = catalog.get("s").definition
+        assert (definition.include, definition.file_rotation_mb) == (("Orders", "Customers"), 5)
+        assert definition.destination == "out" and definition.format == "json"
+        with pytest.raises(changestream.InvalidArgument, match="destination cannot change"):
+            catalog.update("s", destination="elsewhere")
+        with pytest.raises(changestream.InvalidArgument, match="unexpected keyword"):
+            catalog.update("s", colour="red")

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import urllib.parse
+from dataclasses import replace
 from typing import Any
 
 import click
@@ -182,6 +183,65 @@ def create(
     click.echo(
         f"created stream {name} ({info.state.value}), objects: {', '.join(objects) or 'none yet'}"
     )
+
+
+@streams.command()
+@click.argument("name")
+@click.option("--db", "db_path", required=True, metavar="PATH_OR_URL", help=_DB_HELP)
+@click.option("--include", metavar="T1,T2", help="Only these tables ('' for every watched one).")
+@click.option("--exclude", metavar="T3", help="Leave these tables out ('' for none).")
+@click.option("--format", "file_format", type=click.Choice(["json", "avro"]), help="For new files.")
+@click.option("--compression", type=click.Choice(["none", "gzip"]), help="For new JSON files.")
+@click.option("--file-rotation-mb", type=float, help="Close event files at this many MB.")
+@click.option("--file-rotation-interval", type=float, metavar="SECONDS", help="...or this age.")
+@click.option("--backfill", type=click.Choice(["automatic", "none"]), help="For added objects.")
+@click.option("--replica-dropped-columns", type=click.Choice(["keep", "drop"]))
+@_VALIDATE_ONLY
+@_FORCE
+def update(
+    name: str,
+    db_path: str,
+    include: str | None,
+    exclude: str | None,
+    file_format: str | None,
+    compression: str | None,
+    file_rotation_mb: float | None,
+    file_rotation_interval: float | None,
+    backfill: str | None,
+    replica_dropped_columns: str | None,
+    validate_only: bool,
+    force: bool,
+) -> None:
+    """Change stream NAME's definition, even while its pipeline runs: the pipeline follows
+    at its next micro-batch, and an added object is backfilled (with --backfill automatic).
+    Only the options given change; the source, change stream, destination and replica stay.
+
+    \b
+    Example:
+      changestream streams update orders --db shop.db --include Orders,Customers
+    """
+    given: dict[str, Any] = {
+        "include": None if include is None else _names(include),
+        "exclude": None if exclude is None else _names(exclude),
+        "format": file_format,
+        "compression": compression,
+        "file_rotation_mb": file_rotation_mb,
+        "file_rotation_interval": file_rotation_interval,
+        "backfill": backfill,
+        "replica_dropped_columns": replica_dropped_columns,
+    }
+    changes = {field: value for field, value in given.items() if value is not None}
+    with open_database(db_path) as db:
+        catalog = StreamCatalog(db)
+        definition = replace(catalog.get(name).definition, **changes)
+        what = f"update of stream {name!r}"
+        if (validate_only or not force) and _validated(
+            catalog.validate(definition), what, validate_only
+        ):
+            return
+        catalog.update(name, force=True, **changes)
+    changed = ", ".join(sorted(changes)) or "nothing"
+    click.echo(f"updated stream {name}: {changed}")
 
 
 @streams.command(name="list")

@@ -212,6 +212,35 @@ class StreamCatalog:
             return
         raise self._contended(name)
 
+    def update(self, name: str, *, force: bool = False, **changes: Any) -> StreamInfo:
+        """Change stream ``name``'s definition (while it runs: its pipeline follows at the next
+        micro-batch, backfilling objects added). ``changes`` are definition fields; the
+        source, change stream, destination and replica stay, as they make the stream what it
+        is (define a new one instead). The new definition is validated as :meth:`create`
+        does unless ``force``."""
+        fixed = {"name", "database", "change_stream", "destination", "replica", "created_at"}
+        if fixed & set(changes):
+            raise InvalidArgument(
+                f"stream {name!r}: {', '.join(sorted(fixed & set(changes)))} cannot change; "
+                "define a new stream instead"
+            )
+        for _ in range(MAX_ATTEMPTS):
+            info = self.get(name)
+            try:
+                definition = replace(info.definition, **changes)
+            except TypeError as exc:
+                raise InvalidArgument(f"stream {name!r}: {exc}") from exc
+            if not force:
+                definition.validate(self.db)
+                refuse_on_failure(self.validate(definition), f"update of stream {name!r}")
+            updated = replace(info, definition=definition)
+            try:
+                self.db.put_system_document(KIND, name, _body(updated), info.version)
+            except FailedPrecondition:
+                continue  # another writer was first: apply the changes to what it wrote
+            return updated
+        raise self._contended(name)
+
     # -- lifecycle ---------------------------------------------------------------------------
 
     def transition(self, name: str, verb: str) -> StreamState:

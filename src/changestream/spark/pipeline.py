@@ -22,6 +22,7 @@ that a pipeline is attached. The run never hangs: a micro-batch with no progress
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -471,6 +472,10 @@ class SparkPipeline:
     def _process(self, batch: DataFrame, batch_id: int) -> None:
         try:
             spark = batch.sparkSession
+            # `streams update` may have changed the objects, rotation or format meanwhile (a
+            # deleted stream keeps its last definition: the monitor stops the run).
+            with contextlib.suppress(NotFound):
+                self.definition = self.catalog.get(self.name).definition
             plan = self._plan(self._tables())
             self._backfill(spark, plan)
             summary = self._attempts(
