@@ -594,3 +594,25 @@ def test_an_object_added_by_streams_update_is_backfilled_and_followed(
     with changestream.open(path) as db:
         table = next(t for t in db.tables() if t.name == "Extra")
         assert DeltaReplica(tmp_path / "replica", "source", table).read_rows() == db.read("Extra")
+
+
+def test_a_replay_from_a_timestamp_lands_the_same_events_again(spark: Any, tmp_path: Path) -> None:
+    path = str(tmp_path / "source.db")
+    _create_items(path, rows=0)
+    _stream(path, tmp_path, backfill="none")
+    with changestream.open(path) as db:
+        write_items(db, seed=9, transactions=10)
+    assert _run(spark, path).state == "Running"
+    first = {e["uuid"] for e in _events(tmp_path / "events")}
+    with changestream.open(path) as db:
+        catalog = StreamCatalog(db)
+        start = catalog.progress("s1").cdc_start_timestamp
+        catalog.transition("s1", "pause")
+        state, restart = catalog.recover("s1", "timestamp", start)
+        assert (state.value, restart) == ("Starting", start)
+    assert _run(spark, path).state == "Running"
+    events = _events(tmp_path / "events")
+    # Every change once more, under the same uuids; the replica is still the source.
+    assert {e["uuid"] for e in events} == first and len(events) == 2 * len(first) > 0
+    assert _replica_rows(tmp_path / "replica", path, "Items") == _source_rows(path)
+    assert list((tmp_path / "events" / "_changestream").glob("s1-*-cdc1/checkpoint"))

@@ -142,3 +142,34 @@ def test_update_changes_only_what_is_given_and_validates(shop: str) -> None:
             catalog.update("s", destination="elsewhere")
         with pytest.raises(changestream.InvalidArgument, match="unexpected keyword"):
             catalog.update("s", colour="red")
+
+
+def test_cdc_start_strategies_recover_a_stream(shop: str) -> None:
+    with changestream.open(shop) as db:
+        catalog = StreamCatalog(db)
+        catalog.create(
+            StreamDefinition(name="s", database=shop, change_stream="Whole", destination="out")
+        )
+        catalog.transition("s", "start")
+        catalog.transition("s", "fail_permanently")
+        three_hours_ago = now_us() - 3 * 3600 * 1_000_000
+        catalog.update_progress("s", cdc_start_timestamp=three_hours_ago, batch_id=7)
+    resume = ("streams", "resume", "s", "--db", shop)
+    code, out = cli(*resume, "--cdc-start", "most-recent", "--cdc-start-timestamp", "x")
+    assert code == 2 and "not both" in out
+    code, out = cli(*resume, "--cdc-start-timestamp", "2001-01-01T00:00:00Z")
+    assert code == 2 and "outside the changes kept" in out
+    # Failed permanently comes back; the expired position is skipped, and the gap recorded.
+    code, out = cli(*resume, "--cdc-start", "next-available")
+    assert code == 0 and "is now Starting; CDC carries on from" in out, out
+    with changestream.open(shop) as db:
+        catalog = StreamCatalog(db)
+        progress = catalog.progress("s")
+        assert progress.cdc_start_timestamp is not None
+        assert progress.cdc_start_timestamp > three_hours_ago + 3600 * 1_000_000  # within 1h
+        assert progress.detail["cdc_generation"] == 1 and progress.detail["last_batch_id"] == -1
+        (gap,) = catalog.errors("s")
+        assert "expired before they were read" in gap.message
+        catalog.transition("s", "pause")
+    code, out = cli(*resume, "--cdc-start", "most-recent")
+    assert (code, out) == (0, "stream s is now Starting; CDC carries on where it was\n")

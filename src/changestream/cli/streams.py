@@ -16,6 +16,7 @@ from changestream.clock import format_ts
 from changestream.datastream import StreamCatalog, StreamDefinition, discover
 from changestream.datastream.validation import Check, CheckStatus, refuse_on_failure
 from changestream.ddl.schema import options_text
+from changestream.errors import InvalidArgument
 from changestream.streams.interface import Database
 
 _DB_HELP = "The source database (a file PATH or an http(s):// URL); it holds the streams too."
@@ -341,21 +342,52 @@ def _verb(verb: str, summary: str) -> click.Command:
     @click.command(name=verb, help=summary)
     @click.argument("name")
     @click.option("--db", "db_path", required=True, metavar="PATH_OR_URL", help=_DB_HELP)
-    def command(name: str, db_path: str, validate_only: bool = False, force: bool = False) -> None:
+    def command(
+        name: str,
+        db_path: str,
+        validate_only: bool = False,
+        force: bool = False,
+        cdc_start: str | None = None,
+        cdc_start_timestamp: str | None = None,
+    ) -> None:
+        if cdc_start is not None and cdc_start_timestamp is not None:
+            raise InvalidArgument("give --cdc-start or --cdc-start-timestamp, not both")
+        recovering = cdc_start is not None or cdc_start_timestamp is not None
         with open_database(db_path) as db:
             catalog = StreamCatalog(db)
             what = f"{verb} of stream {name!r}"
+            # A restart from a chosen position is checked as it is set, not the old position.
             if (
                 validated
+                and not recovering
                 and (validate_only or not force)
                 and _validated(catalog.validate(name), what, validate_only)
             ):
                 return
-            state = catalog.transition(name, verb)
-        click.echo(f"stream {name} is now {state.value}")
+            if not recovering:
+                state = catalog.transition(name, verb)
+                click.echo(f"stream {name} is now {state.value}")
+                return
+            strategy = "timestamp" if cdc_start_timestamp is not None else cdc_start
+            state, restart = catalog.recover(name, strategy or "most-recent", cdc_start_timestamp)
+        where = "where it was" if restart is None else f"from {format_ts(restart)}"
+        click.echo(f"stream {name} is now {state.value}; CDC carries on {where}")
 
     if validated:
         command = _FORCE(_VALIDATE_ONLY(command))
+        command = click.option(
+            "--cdc-start",
+            type=click.Choice(["most-recent", "next-available"]),
+            help="Datastream's CDC start strategy: most-recent carries on from the last "
+            "position read; next-available skips to the oldest change kept when that position "
+            "has expired (recording the gap). Either also recovers a stream Failed permanently.",
+        )(command)
+        command = click.option(
+            "--cdc-start-timestamp",
+            metavar="TIMESTAMP",
+            help="Replay CDC from TIMESTAMP (RFC 3339, within the change stream's retention): "
+            "events come again, replicas stay equal to the source.",
+        )(command)
     return command
 
 

@@ -23,11 +23,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from changestream.clock import format_ts, now_us
+from changestream.clock import format_ts, now_us, parse_ts
 from changestream.datastream.definition import StreamDefinition
 from changestream.datastream.states import StreamState, check_delete, next_state
 from changestream.datastream.validation import Check, refuse_on_failure, validate_stream
-from changestream.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
+from changestream.errors import (
+    AlreadyExists,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    OutOfRange,
+)
 from changestream.streams.interface import Database
 
 KIND = "datastream"
@@ -36,6 +42,12 @@ BACKFILL_STATUSES = ("pending", "running", "done")
 #: ``StreamProgress.detail`` keys: the last micro-batch counted, and the attached runner.
 LAST_BATCH = "last_batch_id"
 RUNNER = "runner"
+#: How many times CDC was restarted from a chosen position: each restart reads into a
+#: checkpoint of its own (see ``SparkPipeline``), and the time of the last one.
+CDC_GENERATION = "cdc_generation"
+CDC_RECOVERED_AT = "cdc_recovered_at"
+#: Datastream's CDC start strategies for start and resume.
+CDC_STRATEGIES = ("most-recent", "next-available", "timestamp")
 #: A runner whose heartbeat is older than this (seconds) is no longer attached.
 RUNNER_TIMEOUT_SECONDS = 15.0
 #: Read-modify-write attempts before a change gives up under constant contention.
@@ -240,6 +252,75 @@ class StreamCatalog:
                 continue  # another writer was first: apply the changes to what it wrote
             return updated
         raise self._contended(name)
+
+    def recover(
+        self, name: str, strategy: str = "most-recent", timestamp: Any = None
+    ) -> tuple[StreamState, int | None]:
+        """Start or resume stream ``name`` with Datastream's CDC start strategy (a stream
+        Failed permanently included); returns the new state and where CDC restarts (None:
+        it carries on where it was).
+
+        ``most-recent``: carry on from the last position read. ``next-available``: the same,
+        unless that position has expired from the change stream's retention: then restart at
+        the oldest change kept, recording the gap as an error. ``timestamp``: replay from
+        ``timestamp`` (within retention; events come again, replicas stay correct)."""
+        if strategy not in CDC_STRATEGIES:
+            raise InvalidArgument(
+                f"CDC start strategy must be one of {', '.join(CDC_STRATEGIES)}, got {strategy!r}"
+            )
+        if (strategy == "timestamp") != (timestamp is not None):
+            raise InvalidArgument("a timestamp goes with the timestamp strategy, and only there")
+        definition = self.get(name).definition
+        retention = next(
+            (
+                s.retention_seconds
+                for s in self.db.change_streams()
+                if s.name == definition.change_stream
+            ),
+            None,
+        )
+        if retention is None:
+            raise NotFound(f"stream {name!r}: change stream {definition.change_stream!r} is gone")
+        now = now_us()
+        oldest = now - retention * 1_000_000
+        restart: int | None = None
+        if strategy == "timestamp":
+            restart = parse_ts(timestamp, "CDC start timestamp")
+            if not oldest <= restart <= now:
+                raise OutOfRange(
+                    f"CDC start timestamp {format_ts(restart)} is outside the changes kept, "
+                    f"{format_ts(oldest)} to now"
+                )
+        elif strategy == "next-available":
+            progress = self.progress(name)
+            position = progress.last_commit_timestamp or progress.cdc_start_timestamp
+            if position is not None and position < oldest:
+                restart = oldest
+                self.record_error(
+                    name,
+                    "",
+                    f"changes from {format_ts(position)} to {format_ts(oldest)} expired before "
+                    "they were read; CDC restarted at the oldest change kept",
+                    retriable=False,
+                )
+        if restart is not None:
+            self._restart_cdc(name, restart)
+        return self._transition(name, "recover", lenient=False), restart
+
+    def _restart_cdc(self, name: str, at: int) -> None:
+        def change(progress: StreamProgress) -> StreamProgress:
+            generation = int(progress.detail.get(CDC_GENERATION, 0)) + 1
+            detail = {
+                **progress.detail,
+                CDC_GENERATION: generation,
+                CDC_RECOVERED_AT: now_us(),
+                LAST_BATCH: -1,  # the new checkpoint numbers its batches from 0 again
+            }
+            return replace(
+                progress, cdc_start_timestamp=at, last_commit_timestamp=at - 1, detail=detail
+            )
+
+        self._update_progress(name, change)
 
     # -- lifecycle ---------------------------------------------------------------------------
 

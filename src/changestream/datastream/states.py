@@ -65,6 +65,8 @@ TRANSITIONS: dict[str, tuple[frozenset[StreamState], StreamState]] = {
     "drained": (frozenset({S.DRAINING}), S.PAUSED),
     "fail": (ACTIVE_STATES, S.FAILED),
     "retry": (frozenset({S.FAILED}), S.STARTING),
+    # start/resume with a CDC start strategy: also brings back a Failed permanently stream.
+    "recover": (frozenset({S.NOT_STARTED, S.PAUSED, S.FAILED, S.FAILED_PERMANENTLY}), S.STARTING),
     "fail_permanently": (ACTIVE_STATES | {S.FAILED}, S.FAILED_PERMANENTLY),
 }
 #: The verbs for users (the CLI's); the others are the pipeline's.

@@ -41,7 +41,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 import changestream
 from changestream.clock import format_ts, now_us
-from changestream.datastream.catalog import ObjectBackfill, StreamCatalog
+from changestream.datastream.catalog import CDC_GENERATION, ObjectBackfill, StreamCatalog
 from changestream.datastream.definition import StreamDefinition
 from changestream.datastream.segments import due, pending_lanes
 from changestream.datastream.states import StreamState
@@ -207,6 +207,7 @@ class SparkPipeline:
         self.db: Database = changestream.open_path_or_url(database, self.options.token)
         self.catalog = StreamCatalog(self.db)
         self.definition: StreamDefinition = self.catalog.get(name).definition
+        self._generation = int(self.catalog.progress(name).detail.get(CDC_GENERATION, 0))
         self._failure: _BatchError | None = None
         self._merges: dict[str, int] = defaultdict(int)
         self._reported: int | None = None
@@ -232,7 +233,10 @@ class SparkPipeline:
 
     @property
     def _incarnation(self) -> str:
-        return f"{self.name}-{self.definition.created_at}"
+        """The stream's work directory name: a CDC restart from a chosen position (``streams
+        resume --cdc-start``) reads into a new one, with a checkpoint of its own."""
+        base = f"{self.name}-{self.definition.created_at}"
+        return base if not self._generation else f"{base}-cdc{self._generation}"
 
     # -- running -------------------------------------------------------------------------
 
@@ -240,7 +244,9 @@ class SparkPipeline:
         """Run until the stream is paused, drained, deleted, caught up (``until_caught_up``)
         or fails; returns the last status. Raises :class:`PipelineFailed` on a failure."""
         self._prepare()
-        start = self.catalog.progress(self.name).cdc_start_timestamp
+        progress = self.catalog.progress(self.name)
+        self._generation = int(progress.detail.get(CDC_GENERATION, 0))
+        start = progress.cdc_start_timestamp
         if start is None:
             # Changes from the moment the stream was started on (``streams start``).
             start = self.catalog.get(self.name).state_changed_at
