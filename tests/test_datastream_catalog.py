@@ -110,7 +110,8 @@ def test_every_allowed_transition_and_a_sample_of_refused_ones(
     # Refused: the message names the verb, the state and what is allowed.
     with pytest.raises(
         FailedPrecondition,
-        match=r"cannot start stream 's3': it is Failed permanently; allowed now: delete$",
+        match=r"cannot start stream 's3': it is Failed permanently; allowed now: delete, "
+        r"resume with --cdc-start$",
     ):
         catalog.transition("s3", "start")
     catalog.create(definition(path, name="fresh"))

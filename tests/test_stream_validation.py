@@ -173,3 +173,7 @@ def test_cdc_start_strategies_recover_a_stream(shop: str) -> None:
         catalog.transition("s", "pause")
     code, out = cli(*resume, "--cdc-start", "most-recent")
     assert (code, out) == (0, "stream s is now Starting; CDC carries on where it was\n")
+    code, out = cli("streams", "describe", "s", "--db", shop)
+    assert "last recovery" in out and "last recovery  -" not in out
+    code, out = cli(*resume, "--cdc-start", "most-recent")
+    assert code == 2 and "it is Starting; pause it first" in out

@@ -311,6 +311,7 @@ def describe(name: str, db_path: str, as_json: bool) -> None:
         ("rows processed", str(described["rows_processed"])),
         ("last processed commit", described["last_processed_commit_timestamp"] or "-"),
         ("cdc start", described["cdc_start_timestamp"] or "-"),
+        ("last recovery", described["cdc_recovered_at"] or "-"),
         ("pipeline", _attached(described["pipeline"])),
         ("lag", "-" if lag is None else f"{lag:.1f}s"),
     ):

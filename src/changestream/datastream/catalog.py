@@ -25,7 +25,12 @@ from typing import Any
 
 from changestream.clock import format_ts, now_us, parse_ts
 from changestream.datastream.definition import StreamDefinition
-from changestream.datastream.states import StreamState, check_delete, next_state
+from changestream.datastream.states import (
+    RECOVERABLE_STATES,
+    StreamState,
+    check_delete,
+    next_state,
+)
 from changestream.datastream.validation import Check, refuse_on_failure, validate_stream
 from changestream.errors import (
     AlreadyExists,
@@ -303,9 +308,21 @@ class StreamCatalog:
                     "they were read; CDC restarted at the oldest change kept",
                     retriable=False,
                 )
-        if restart is not None:
-            self._restart_cdc(name, restart)
-        return self._transition(name, "recover", lenient=False), restart
+        for _ in range(MAX_ATTEMPTS):
+            info = self.get(name)
+            if info.state not in RECOVERABLE_STATES:
+                raise FailedPrecondition(
+                    f"cannot restart stream {name!r}: it is {info.state.value}; pause it first"
+                )
+            if restart is not None:
+                self._restart_cdc(name, restart)
+            updated = replace(info, state=StreamState.STARTING, state_changed_at=now_us())
+            try:
+                self.db.put_system_document(KIND, name, _body(updated), info.version)
+            except FailedPrecondition:
+                continue  # another writer was first: check its state again
+            return StreamState.STARTING, restart
+        raise self._contended(name)
 
     def _restart_cdc(self, name: str, at: int) -> None:
         def change(progress: StreamProgress) -> StreamProgress:
@@ -523,6 +540,7 @@ class StreamCatalog:
             )
         last = progress.last_commit_timestamp
         cdc = progress.cdc_start_timestamp
+        recovered = progress.detail.get(CDC_RECOVERED_AT)
         runner: dict[str, Any] = progress.detail.get(RUNNER) or {}
         attached = bool(runner) and (now_us() - runner["heartbeat"]) / 1e6 < RUNNER_TIMEOUT_SECONDS
         return {
@@ -534,6 +552,7 @@ class StreamCatalog:
             "rows_processed": progress.rows_processed,
             "last_processed_commit_timestamp": None if last is None else format_ts(last),
             "cdc_start_timestamp": None if cdc is None else format_ts(cdc),
+            "cdc_recovered_at": None if recovered is None else format_ts(recovered),
             "pipeline_attached": attached,
             "pipeline": (
                 {"host": runner["host"], "pid": runner["pid"], "lag_seconds": runner["lag"]}

@@ -65,10 +65,11 @@ TRANSITIONS: dict[str, tuple[frozenset[StreamState], StreamState]] = {
     "drained": (frozenset({S.DRAINING}), S.PAUSED),
     "fail": (ACTIVE_STATES, S.FAILED),
     "retry": (frozenset({S.FAILED}), S.STARTING),
-    # start/resume with a CDC start strategy: also brings back a Failed permanently stream.
-    "recover": (frozenset({S.NOT_STARTED, S.PAUSED, S.FAILED, S.FAILED_PERMANENTLY}), S.STARTING),
     "fail_permanently": (ACTIVE_STATES | {S.FAILED}, S.FAILED_PERMANENTLY),
 }
+#: States ``start``/``resume`` with a CDC start strategy move to Starting from (a stream
+#: Failed permanently included: that is how it is recovered).
+RECOVERABLE_STATES = frozenset({S.NOT_STARTED, S.PAUSED, S.FAILED, S.FAILED_PERMANENTLY})
 #: The verbs for users (the CLI's); the others are the pipeline's.
 USER_VERBS = ("start", "pause", "resume", "drain", "delete")
 
@@ -83,6 +84,8 @@ def _refuse(stream: str, state: StreamState, verb: str) -> FailedPrecondition:
     verbs = allowed_verbs(state)
     users = [v for v in verbs if v in USER_VERBS]
     pipeline = [v for v in verbs if v not in USER_VERBS]
+    if state is S.FAILED_PERMANENTLY:
+        users.append("resume with --cdc-start")
     message = (
         f"cannot {verb} stream {stream!r}: it is {state.value}; allowed now: "
         f"{', '.join(users) or 'nothing'}"

@@ -426,6 +426,8 @@ class StreamDescription(Model):
     rows_processed: int
     last_processed_commit_timestamp: str | None
     cdc_start_timestamp: str | None
+    #: When CDC was last restarted from a chosen position (``--cdc-start``), if ever.
+    cdc_recovered_at: str | None
     pipeline_attached: bool
     #: The attached pipeline (null while none is).
     pipeline: PipelineBody | None
