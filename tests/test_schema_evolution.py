@@ -286,3 +286,21 @@ def test_watch_and_the_stream_client_see_new_columns_without_a_restart(
     assert after["updateDescription"]["updatedFields"] == {"Note": "later"}
     assert after["fullDocument"] == {"Id": 1, "Customer": "ann", "Amount": 12, "Note": "later"}
     assert seen[-1] == {"Customer": "ann", "Amount": 12, "Note": "later"}
+
+
+def test_a_transaction_buffered_before_a_column_is_added_still_commits(
+    db: changestream.EmbeddedDatabase,
+) -> None:
+    """A writer racing ALTER TABLE ADD COLUMN is not refused: what it writes is still there."""
+    with db.transaction() as tx:
+        tx.insert_or_update("Orders", ["Id", "Amount"], [[3, 30]])
+        with changestream.open(db.path) as other:
+            other.execute_ddl("ALTER TABLE Orders ADD COLUMN Note STRING(MAX) DEFAULT ('n/a')")
+    assert db.read("Orders", [[3]]) == [(3, None, 30, "n/a")]
+    # A column the transaction writes that is gone (or of another type) still refuses it.
+    refused = pytest.raises(FailedPrecondition, match="changed or dropped during the transaction")
+    with refused, db.transaction() as tx:
+        tx.update("Orders", ["Id", "Note"], [[3, "x"]])
+        with changestream.open(db.path) as other:
+            other.execute_ddl("ALTER TABLE Orders DROP COLUMN Note")
+    assert db.read("Orders", [[3]]) == [(3, None, 30)]

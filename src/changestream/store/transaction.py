@@ -6,7 +6,7 @@ import datetime as dt
 import sqlite3
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from changestream.clock import to_datetime
@@ -319,6 +319,29 @@ class ChangeTracker:
             )
 
 
+def _rebased(mutation: Mutation, current: Table | None) -> Mutation:
+    """``mutation``, buffered before its table changed (a column added, an index made), for
+    the table as it is now; FailedPrecondition when the table is gone or a column the
+    mutation writes (or the key) is gone or has another type."""
+    old = mutation.table
+    columns = mutation.codec.columns
+    fits = (
+        current is not None
+        and current.primary_key == old.primary_key
+        and all(_same_type(old, current, name) for name in columns)
+    )
+    if current is None or not fits:
+        raise FailedPrecondition(
+            f"table {old.name!r} was changed or dropped during the transaction"
+        )
+    return replace(mutation, codec=RowCodec(current, columns))
+
+
+def _same_type(old: Table, current: Table, name: str) -> bool:
+    before, now = old.column(name), current.column(name)
+    return before is not None and now is not None and before.type == now.type
+
+
 def _run_dml(
     conn: sqlite3.Connection,
     statement: DmlStatement,
@@ -602,9 +625,7 @@ class Transaction(MutationMethods):
         for mutation in self._mutations:
             current = ctx.catalog.tables.get(mutation.table.name)
             if current != mutation.table:
-                raise FailedPrecondition(
-                    f"table {mutation.table.name!r} was changed or dropped during the transaction"
-                )
+                mutation = _rebased(mutation, current)
             if mutation.codec.may_hold_commit_timestamp:
                 rows = [
                     tuple([stamp if v is COMMIT_TIMESTAMP else v for v in row])
