@@ -112,31 +112,20 @@ class StreamDefinition:
             value = getattr(self, label)
             if not isinstance(value, str) or not value.strip():
                 raise InvalidArgument(f"stream {self.name!r} needs a {label}, got {value!r}")
-        if self.format not in FORMATS:
-            raise InvalidArgument(
-                f"format must be one of {', '.join(FORMATS)}, got {self.format!r}"
-            )
-        if self.backfill not in BACKFILL_MODES:
-            raise InvalidArgument(
-                f"backfill must be one of {', '.join(BACKFILL_MODES)}, got {self.backfill!r}"
-            )
-        if self.replica_mode not in REPLICA_MODES:
-            raise InvalidArgument(
-                f"replica_mode must be one of {', '.join(REPLICA_MODES)}, got {self.replica_mode!r}"
-            )
-        if self.compression not in COMPRESSIONS:
-            raise InvalidArgument(
-                f"compression must be one of {', '.join(COMPRESSIONS)}, got {self.compression!r}"
-            )
+        for label, allowed in (
+            ("format", FORMATS),
+            ("backfill", BACKFILL_MODES),
+            ("replica_mode", REPLICA_MODES),
+            ("compression", COMPRESSIONS),
+            ("replica_dropped_columns", DROPPED_COLUMN_MODES),
+        ):
+            value = getattr(self, label)
+            if value not in allowed:
+                raise InvalidArgument(f"{label} must be one of {', '.join(allowed)}, got {value!r}")
         if self.compression != "none" and self.format != "json":
             raise InvalidArgument(
                 f"compression {self.compression!r} is for JSON files; Avro files compress "
                 "their own blocks"
-            )
-        if self.replica_dropped_columns not in DROPPED_COLUMN_MODES:
-            raise InvalidArgument(
-                f"replica_dropped_columns must be one of {', '.join(DROPPED_COLUMN_MODES)}, "
-                f"got {self.replica_dropped_columns!r}"
             )
         for label, low, high in (
             ("file_rotation_mb", 0.001, 1024.0),

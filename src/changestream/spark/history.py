@@ -85,9 +85,7 @@ class HistoryReplica(DeltaReplica):
         if not rows:
             return ApplyStats(0, 0, 0, 0, 0, None)
         source = source.cast(self.schema).sort_by(SORT_KEY_COLUMN)
-        delta = self.ensure()
-        if self._drop_dropped_columns:
-            delta = self._without_dropped_columns(delta)
+        delta = self._target()
         metrics = (
             delta.merge(
                 source,

@@ -317,9 +317,7 @@ class DeltaReplica:
         if not rows:
             return ApplyStats(0, 0, 0, 0, 0, None)
         source = latest_per_key(source.cast(self.schema), list(self.table.primary_key))
-        delta = self.ensure()
-        if self._drop_dropped_columns:
-            delta = self._without_dropped_columns(delta)
+        delta = self._target()
         metrics = (
             delta.merge(
                 source,
@@ -346,6 +344,12 @@ class DeltaReplica:
             skipped=source.num_rows - inserted - updated,
             version=delta.version(),
         )
+
+    def _target(self) -> DeltaTable:
+        """The Delta table to write to, without the columns the source dropped when the
+        stream says so."""
+        delta = self.ensure()
+        return self._without_dropped_columns(delta) if self._drop_dropped_columns else delta
 
     def _without_dropped_columns(self, delta: DeltaTable) -> DeltaTable:
         """The Delta table rewritten without the columns its source table no longer has

@@ -183,7 +183,7 @@ def _prepare(
     if isinstance(statement, exp.Delete):
         return _delete(statement, binder, column_types)
     if isinstance(statement, exp.Query):
-        compared = _compared(statement, column_types)
+        compared = _compared(statement, binder, column_types)
         return SelectQuery(*_render(statement, _bind(statement, binder, compared=compared)))
     raise InvalidArgument(_NOT_A_QUERY)
 
@@ -402,6 +402,9 @@ class _Binder:
 
     def __init__(self, params: Params) -> None:
         self._params = params
+        values = params.values() if isinstance(params, Mapping) else params or ()
+        #: Whether some value is untyped text, to be typed by the column it meets.
+        self.untyped = any(isinstance(v, UntypedText) for v in values)
 
     def lookup(self, node: exp.Parameter) -> Any:
         key = node.this
@@ -575,10 +578,11 @@ _TEXT_STORED = frozenset({"TIMESTAMP", "DATE", "NUMERIC"})
 _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
 
 
-def _compared(tree: exp.Expr, column_types: ColumnTypes | None) -> Targets:
+def _compared(tree: exp.Expr, binder: _Binder, column_types: ColumnTypes | None) -> Targets:
     """The column each parameter is compared straight with (``c = @p``, ``@p < t.c``,
-    ``c IN (@p, @q)``), where exactly one type fits the column's name among the tables."""
-    if column_types is None:
+    ``c IN (@p, @q)``), where exactly one type fits the column's name among the tables; only
+    looked for when some parameter is untyped text (no other value uses it)."""
+    if column_types is None or not binder.untyped:
         return {}
     tables = {table.alias_or_name: table.name for table in tree.find_all(exp.Table)}
 
@@ -665,7 +669,7 @@ def _update(
         columns.append(column.name)
     pairs = [(a.this.name, a.expression) for a in statement.expressions]
     targets = _targets(table, pairs, column_types)
-    compared = _compared(statement, column_types)
+    compared = _compared(statement, binder, column_types)
     return _changing_statement(
         "UPDATE", statement, target, table, tuple(columns), binder, targets, compared
     )
@@ -686,7 +690,7 @@ def _delete(
         raise InvalidArgument("DELETE needs a WHERE clause (WHERE true deletes every row)")
     target = statement.this
     table = _target_table(target, "DELETE")
-    compared = _compared(statement, column_types)
+    compared = _compared(statement, binder, column_types)
     return _changing_statement("DELETE", statement, target, table, (), binder, {}, compared)
 
 
