@@ -20,6 +20,7 @@ import time
 
 import changestream
 from changestream import DataChangeRecord
+from changestream.embedded.database import store_of
 from checks import expect, goal, goals, key_checksum
 
 #: "Flat": at most this multiple of the cost at one partition.
@@ -39,7 +40,7 @@ def run(partitions: int, transactions: int, tmp: str) -> dict[str, float]:
         )
         for index in range(1, partitions):
             db.split_at("T", (index * keys // partitions,))
-        start = db.last_commit_ts()
+        start = store_of(db).last_commit_ts()
         batches = [
             [[k, "value"] for k in rng.sample(range(keys), 100)] for _ in range(transactions)
         ]
@@ -48,7 +49,7 @@ def run(partitions: int, transactions: int, tmp: str) -> dict[str, float]:
             with db.transaction() as tx:
                 tx.insert_or_update("T", ["K", "V"], rows)
         write_s = time.perf_counter() - began
-        end = db.last_commit_ts()
+        end = store_of(db).last_commit_ts()
         live = db.partitions("S")
         assert len(live) == partitions
         began = time.perf_counter()

@@ -46,6 +46,7 @@ import orjson
 
 import changestream
 from changestream import DataChangeRecord
+from changestream.embedded.database import store_of
 from checks import CheckFailed, goal, goals
 
 log = logging.getLogger("pipeline_bench")
@@ -440,7 +441,7 @@ def live(path: str, tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
                 if process.poll() is not None or time.monotonic() > deadline:
                     raise fail("live: the pipeline did not process a first change")
                 time.sleep(0.2)
-            warm = db.last_commit_ts()
+            warm = store_of(db).last_commit_ts()
             rate, seconds, per_txn = str(args.rate), str(args.seconds), str(args.live_rows_per_txn)
             writer = subprocess.run(
                 [sys.executable, "-c", WRITER, path, rate, seconds, per_txn, str(args.keys), "1"],
@@ -449,7 +450,7 @@ def live(path: str, tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
                 check=True,
             )
             written, writer_s = writer.stdout.split()
-            last = db.last_commit_ts()
+            last = store_of(db).last_commit_ts()
             while (catalog.progress(name).last_commit_timestamp or 0) < last:
                 if process.poll() is not None or time.monotonic() > deadline + args.seconds:
                     raise fail("live: the pipeline did not catch up with the writer")
@@ -511,7 +512,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         began = time.perf_counter()
         with changestream.open(path) as db:
             upserts(db, args.changes, args.rows_per_txn, args.keys)
-            end = db.last_commit_ts()
+            end = store_of(db).last_commit_ts()
         load_s = time.perf_counter() - began
         read_s, changes = read_changes(path, 0, end)
         if len(changes) != args.changes:

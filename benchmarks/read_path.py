@@ -22,6 +22,7 @@ from collections.abc import Callable
 import orjson
 
 import changestream
+from changestream.embedded.database import store_of
 from checks import expect, goals, key_checksum
 
 ROWS_PER_TXN = 100
@@ -99,9 +100,9 @@ def main() -> None:
         path = os.path.join(tmp, "bench.db")
         with changestream.open(path) as db:
             created, load_s = load(db, transactions)
-            end = db.last_commit_ts()
+            end = store_of(db).last_commit_ts()
             (partition,) = db.partitions(STREAM)
-            conn = db.connection()
+            conn = store_of(db).connection()
             (stream_id,) = conn.execute(
                 "SELECT stream_id FROM _cs_streams WHERE name = ?", (STREAM,)
             ).fetchone()

@@ -25,6 +25,7 @@ from typing import Any
 
 import changestream
 from changestream import DataChangeRecord
+from changestream.embedded.database import store_of
 from checks import expect, goal, goals, key_checksum
 
 DDL = "CREATE TABLE Items (K INT64 NOT NULL, V STRING(MAX)) PRIMARY KEY (K)"
@@ -59,7 +60,7 @@ def load(path: str, rows: int) -> None:
 
 def run(path: str, rows: int, seconds: float) -> dict[str, Any]:
     with changestream.open(path) as db:
-        start = db.last_commit_ts() + 1
+        start = store_of(db).last_commit_ts() + 1
     writer = subprocess.Popen(
         [sys.executable, "-c", WRITER, path, str(2 * seconds + 1), str(rows)],
         stdout=subprocess.PIPE,
@@ -94,7 +95,7 @@ def run(path: str, rows: int, seconds: float) -> dict[str, Any]:
 
 def _stream_keys(db: changestream.EmbeddedDatabase, start: int) -> list[int]:
     (partition,) = db.partitions("Everything")
-    end = db.last_commit_ts()
+    end = store_of(db).last_commit_ts()
     return [
         mod.keys["K"]
         for record in db.read_change_stream("Everything", start, end, partition.token)

@@ -43,14 +43,14 @@ import statistics
 import tempfile
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import changestream
-from changestream import ChildPartitionsRecord, DataChangeRecord
+from changestream import DataChangeRecord
 from changestream.clock import format_ts, now_us
+from changestream.embedded.database import store_of
 from checks import CheckFailed, expect, goals, key_checksum
 
 log = logging.getLogger("spark_read")
@@ -76,7 +76,7 @@ def load(
         db.split_at("Orders", (index * span,))
     if len(db.partitions(STREAM)) != partitions:
         raise SystemExit(f"expected {partitions} partitions, got {len(db.partitions(STREAM))}")
-    start = db.last_commit_ts() + 1
+    start = store_of(db).last_commit_ts() + 1
     began = time.perf_counter()
     for t in range(transactions):
         first = (t % partitions) * span + (t // partitions) * ROWS_PER_TXN
@@ -94,37 +94,18 @@ def load(
         for t in range(transactions)
         for i in range(ROWS_PER_TXN)
     )
-    return start, db.last_commit_ts(), load_s, keys
+    return start, store_of(db).last_commit_ts(), load_s, keys
 
 
 def read_lineage(db: changestream.EmbeddedDatabase, start: int, end: int) -> tuple[int, int]:
     """(records, mods) committed in ``[start, end]``, one partition after another, children
-    once all their parents have ended (the seed's query workflow)."""
+    once all their parents have ended (the seed's query workflow, by the public walker)."""
     records = mods = 0
-    parents: dict[str, tuple[str, ...]] = {}
-    starts: dict[str, int] = {}
-    for record in db.read_change_stream(STREAM, start, end):
-        if isinstance(record, ChildPartitionsRecord):
-            for child in record.child_partitions:
-                parents[child.token] = tuple(child.parent_partition_tokens)
-                starts[child.token] = record.start_timestamp
-    ready = deque(parents)
-    queued, finished = set(ready), set()
-    while ready:
-        token = ready.popleft()
-        for record in db.read_change_stream(STREAM, starts[token], end, token, 10_000):
+    for partition in changestream.walk_partitions(db, STREAM, start, end, 10_000):
+        for record in partition.records():
             if isinstance(record, DataChangeRecord):
                 records += 1
                 mods += len(record.mods)
-            elif isinstance(record, ChildPartitionsRecord):
-                for child in record.child_partitions:
-                    parents[child.token] = tuple(child.parent_partition_tokens)
-                    starts[child.token] = record.start_timestamp
-        finished.add(token)
-        for child, its_parents in parents.items():
-            if child not in queued and all(p in finished for p in its_parents):
-                queued.add(child)
-                ready.append(child)
     return records, mods
 
 
@@ -270,7 +251,7 @@ class Writer:
                 pause = began + self.transactions / self.rate - time.monotonic()
                 if pause > 0:
                     time.sleep(pause)
-            self.last_commit = db.last_commit_ts()
+            self.last_commit = store_of(db).last_commit_ts()
 
 
 def percentiles(values_ms: list[float]) -> dict[str, float]:
@@ -315,7 +296,7 @@ def streaming_spark(args: argparse.Namespace, spark: Any, path: str, tmp: Path) 
             received[identity[:3]] = identity[3]
 
     with changestream.open(path) as db:
-        start = db.last_commit_ts() + 1
+        start = store_of(db).last_commit_ts() + 1
     query = (
         spark.readStream.format("changestream")
         .option("database", path)
@@ -354,7 +335,7 @@ def streaming_baseline(args: argparse.Namespace, path: str) -> dict[str, Any]:
     latencies: list[float] = []
     keys: list[int] = []
     with changestream.open(path) as db:
-        last = db.last_commit_ts()
+        last = store_of(db).last_commit_ts()
         tokens = [p.token for p in db.partitions(STREAM)]
         writer = Writer(path, args.rate, args.rows_per_txn, args.seconds, args.mods)
         writer.start()

@@ -38,6 +38,7 @@ import changestream
 from changestream import DataChangeRecord
 from changestream.client import Checkpointer, RecordProcessor, StreamClient
 from changestream.client.lease_table import PARTITION_LEASE
+from changestream.embedded.database import store_of
 from checks import expect, goal, goals
 
 STREAM = "OrdersStream"
@@ -118,7 +119,7 @@ def load(path: str, transactions: int) -> tuple[int, Written]:
 def baseline(path: str, created: int, written: Written) -> float:
     """Records/s reading every partition with the read function in one process."""
     with changestream.open(path) as db:
-        end = db.last_commit_ts()
+        end = store_of(db).last_commit_ts()
         started = time.perf_counter()
         count = 0
         for partition in db.partitions(STREAM):
@@ -222,7 +223,7 @@ def failover(
 ) -> dict[str, float | int]:
     """Two workers on a live stream; SIGKILL one; measure the take-over and duplicates."""
     with changestream.open(path) as db:
-        start = db.last_commit_ts() + 1  # after the backlog's last commit
+        start = store_of(db).last_commit_ts() + 1  # after the backlog's last commit
     halt = threading.Event()
     written = Written(set(existing))
 

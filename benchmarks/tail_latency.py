@@ -23,6 +23,7 @@ from pathlib import Path
 
 import changestream
 from changestream.clock import parse_ts
+from changestream.embedded.database import store_of
 from checks import expect, goal, goals
 
 READER = """
@@ -63,7 +64,7 @@ def start_reader(
     db: changestream.EmbeddedDatabase, path: str, out: Path, mode: str
 ) -> subprocess.Popen[bytes]:
     (partition,) = db.partitions("S")
-    start = db.last_commit_ts()
+    start = store_of(db).last_commit_ts()
     args = [sys.executable, "-c", READER, path, partition.token, str(start), str(out), mode]
     reader = subprocess.Popen(args)
     deadline = time.monotonic() + 30

@@ -34,6 +34,7 @@ from collections.abc import Callable
 import changestream
 from changestream import DataChangeRecord
 from changestream.clock import now_us
+from changestream.embedded.database import store_of
 from changestream.watch import merge
 from checks import expect, goal, goals
 
@@ -94,7 +95,7 @@ def throughput(path: str, transactions: int, repeats: int) -> dict[str, float]:
     try:
         start = db.ensure_watch_stream().now
         written = sorted(load(db, transactions))
-        end = db.last_commit_ts()
+        end = store_of(db).last_commit_ts()
         expected = len(written)
         raw_s, watch_s = [], []
         for _ in range(repeats):

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 
 import changestream
+from changestream.embedded.database import store_of
 from checks import expect, goal, goals, key_checksum
 
 ROWS_PER_TXN = 100
@@ -63,7 +64,7 @@ def through_database(
         db.execute_ddl(DDL)
         if stream:
             db.execute_ddl("CREATE CHANGE STREAM OrdersStream FOR Orders")
-        created = db.last_commit_ts()
+        created = store_of(db).last_commit_ts()
         started = time.perf_counter()
         for rows in data:
             with db.transaction() as tx:
@@ -73,7 +74,7 @@ def through_database(
         stored = db.execute_sql("SELECT OrderId FROM Orders")
         expect("keys in the table", key_checksum(row[0] for row in stored), written)
         if stream:
-            end = db.last_commit_ts()
+            end = store_of(db).last_commit_ts()
             (partition,) = db.partitions("OrdersStream")
             records = db.read_change_stream("OrdersStream", created, end, partition.token)
             keys = (

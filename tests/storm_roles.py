@@ -2,9 +2,9 @@
 
 ``python -m tests.storm_roles writer PATH ID SECONDS OUT`` commits random transactions and
 writes each commit's net mods to OUT; ``python -m tests.storm_roles reader PATH START STOP OUT``
-follows the query workflow live (a thread per partition, children after all their parents)
-and writes every record it reads to OUT, until every partition has passed the commit
-timestamp that appears in the file STOP. Both write JSON lines.
+follows the query workflow live through the public walker (a thread per partition, children
+after all their parents) and writes every record it reads to OUT, until every partition has
+passed the commit timestamp that appears in the file STOP. Both write JSON lines.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import random
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import orjson
@@ -78,10 +79,6 @@ def reader(path: str, start: int, stop_file: str, out: str) -> None:
         return bool(stop_at) and ts >= stop_at[0]
 
     lock = threading.Lock()
-    parents_of: dict[str, tuple[str, ...]] = {}
-    starts: dict[str, int] = {}
-    finished: set[str] = set()
-    started: set[str] = set()
     threads: list[threading.Thread] = []
     errors: list[BaseException] = []
 
@@ -91,23 +88,9 @@ def reader(path: str, start: int, stop_file: str, out: str) -> None:
             with lock:
                 sink.write(orjson.dumps(entry) + b"\n")
 
-        def launch_ready() -> None:
-            with lock:
-                ready = [
-                    t
-                    for t, parents in parents_of.items()
-                    if t not in started and all(p in finished for p in parents)
-                ]
-                started.update(ready)
-            for token in ready:
-                thread = threading.Thread(target=read_partition, args=(token,))
-                threads.append(thread)
-                thread.start()
-
-        def read_partition(token: str) -> None:
+        def read_partition(token: str, records: Iterator[changestream.ChangeRecord]) -> None:
             try:
-                emit(["start", token, starts[token], list(parents_of[token])])
-                for record in db.read_change_stream("Storm", starts[token], None, token, 1000):
+                for record in records:
                     if isinstance(record, DataChangeRecord):
                         for mod in record.mods:
                             keys = mod.keys
@@ -123,38 +106,30 @@ def reader(path: str, start: int, stop_file: str, out: str) -> None:
                                     mod.new_values.get("V"),
                                 ]
                             )
-                        moment = record.commit_timestamp
                     elif isinstance(record, HeartbeatRecord):
                         emit(["heartbeat", token, record.timestamp])
-                        moment = record.timestamp
                     else:
                         emit(["end", token, record.start_timestamp])
-                        with lock:
-                            for child in record.child_partitions:
-                                parents_of[child.token] = child.parent_partition_tokens
-                                starts[child.token] = record.start_timestamp
-                        moment = record.start_timestamp - 1
+                    moment = record.timestamp
+                    if isinstance(record, ChildPartitionsRecord):
+                        moment -= 1
                     if reached(moment):
                         break
-                with lock:
-                    finished.add(token)
-                launch_ready()
             except BaseException as exc:  # reported by the main thread
                 errors.append(exc)
 
-        (first,) = db.read_change_stream("Storm", start)
-        assert isinstance(first, ChildPartitionsRecord)
-        for child in first.child_partitions:
-            parents_of[child.token] = child.parent_partition_tokens
-            starts[child.token] = first.start_timestamp
-        launch_ready()
-        while True:
-            with lock:
-                pending = [t for t in threads if t.is_alive()]
-            if not pending:
-                break
-            for thread in pending:
-                thread.join()
+        # The public walker gives each partition once all its parents' reads have finished.
+        for partition in changestream.walk_partitions(db, "Storm", start, None, 1000):
+            emit(
+                ["start", partition.token, partition.start_timestamp, list(partition.parent_tokens)]
+            )
+            thread = threading.Thread(
+                target=read_partition, args=(partition.token, partition.records())
+            )
+            threads.append(thread)
+            thread.start()
+        for thread in threads:
+            thread.join()
         if errors:
             raise errors[0]
 

@@ -16,7 +16,9 @@ from typing import Any
 import pytest
 
 import changestream
+from changestream.embedded.database import store_of
 from changestream.errors import InvalidArgument, ResourceExhausted
+from changestream.store.database import Store
 from changestream.types import ColumnType, to_json_value
 
 SCHEMA = [
@@ -48,7 +50,7 @@ def all_rows(db: changestream.EmbeddedDatabase) -> dict[str, list[tuple[Any, ...
 def records(db: changestream.EmbeddedDatabase, start: int) -> list[dict[str, Any]]:
     """The data change records since ``start``, as their JSON mods."""
     token = db.partitions("CS")[0].token
-    found = db.read_change_stream("CS", start, db.now(), token)
+    found = db.read_change_stream("CS", start, store_of(db).now(), token)
     return [m for r in found if isinstance(r, changestream.DataChangeRecord) for m in r.mods]
 
 
@@ -81,7 +83,7 @@ def insert(db: changestream.EmbeddedDatabase, columns: list[str], row: list[Any]
 def test_timestamps_across_spanners_range_round_trip(
     db: changestream.EmbeddedDatabase, moment: dt.datetime
 ) -> None:
-    start = db.now()
+    start = store_of(db).now()
     insert(db, ["K", "TS"], [1, moment])
     assert db.read("T", columns=["TS"]) == [(moment,)]
     assert list(db.execute_sql("SELECT K FROM T WHERE TS = @t", {"t": moment})) == [[1]]
@@ -232,7 +234,7 @@ def test_wrong_types_in_dml_and_parameters_are_refused(
 @pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf, -0.0, 2.0**53])
 def test_float64_keeps_nan_and_infinities(db: changestream.EmbeddedDatabase, value: float) -> None:
     """Through mutations, DML and the change stream (-0.0 may come back as 0.0, its equal)."""
-    start = db.now()
+    start = store_of(db).now()
     insert(db, ["K", "F"], [1, value])
     update(db, "UPDATE T SET F = @f WHERE K = 1", {"f": value})
     [(stored,)] = db.read("T", columns=["F"])
@@ -285,7 +287,7 @@ def test_an_unexpected_exception_is_logged_once_and_raised(
     def broken(*args: object) -> None:
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(changestream.EmbeddedDatabase, "_read", broken)
+    monkeypatch.setattr(Store, "_read", broken)
     for _ in range(3):
         with pytest.raises(RuntimeError, match="a bug"):
             db.read("T")

@@ -13,6 +13,7 @@ import pytest
 import changestream
 from changestream import DataChangeRecord, KeyRange
 from changestream.clock import now_us
+from changestream.embedded.database import store_of
 
 SINGERS = (
     "CREATE TABLE Singers (SingerId INT64 NOT NULL, FirstName STRING(100), "
@@ -28,8 +29,8 @@ def open_with(tmp_path: Path, *ddl: str) -> changestream.EmbeddedDatabase:
 
 def records(db: changestream.EmbeddedDatabase, stream: str) -> list[DataChangeRecord]:
     """Every data change record of ``stream`` so far, across all live partitions."""
-    start = db.catalog().stream(stream).created_ts
-    end = db.last_commit_ts()
+    start = store_of(db).catalog().stream(stream).created_ts
+    end = store_of(db).last_commit_ts()
     out: list[DataChangeRecord] = []
     for partition in db.partition_history(stream):
         begin = max(start, partition.start_timestamp)
@@ -407,7 +408,7 @@ def test_rolled_back_transaction_leaves_no_data_and_no_record(tmp_path: Path) ->
         tx.insert("Singers", ["SingerId"], [[3]])
     assert db.read("Singers") == []
     assert records(db, "S") == []
-    assert db.last_commit_ts() <= now_us()
+    assert store_of(db).last_commit_ts() <= now_us()
     db.close()
 
 

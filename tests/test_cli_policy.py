@@ -10,6 +10,7 @@ from click.testing import CliRunner
 
 import changestream
 from changestream.cli import main
+from changestream.embedded.database import store_of
 from tests.lineage import read_lineage
 
 
@@ -67,7 +68,7 @@ def test_load_demo_splits_on_the_hot_range_and_loses_nothing(tmp_path: Path) -> 
     written = int(found.group(2).replace(",", ""))
     with changestream.open(path) as db:
         start = min(p.start_timestamp for p in db.partition_history("OrdersStream"))
-        reads = read_lineage(db, "OrdersStream", start, db.last_commit_ts())
+        reads = read_lineage(db, "OrdersStream", start, store_of(db).last_commit_ts())
         mods = [
             (record.commit_timestamp, mod.keys["OrderId"])
             for read in reads

@@ -35,6 +35,7 @@ from changestream.client import (
 )
 from changestream.client.lease_table import END, PARTITION_LEASE, describe_leases
 from changestream.client.taker import LeaseTaker
+from changestream.embedded.database import store_of
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -488,7 +489,7 @@ def test_children_wait_until_every_parent_is_finished(acc: tuple[EmbeddedDatabas
 
     def child_waits_for_left() -> bool:
         """The right parent finished, and the merge child's lease waits (the left is held)."""
-        states = describe_leases(db.leases(STREAM, "default").list_leases(), db.now())
+        states = describe_leases(db.leases(STREAM, "default").list_leases(), store_of(db).now())
         by_token = {s.lease.status_value: s.state for s in states}
         children = [s for s in states if left.token in s.lease.parent_shard_ids]
         return by_token.get(right.token) == "finished" and [c.state for c in children] == [

@@ -15,6 +15,7 @@ import pytest
 
 import changestream
 from changestream import DataChangeRecord
+from changestream.embedded.database import store_of
 from tests.conftest import OpenDb
 
 TABLE = (
@@ -138,7 +139,7 @@ def test_defaults_survive_reopening(tmp_path: Path) -> None:
     with changestream.open(path) as db:
         db.execute_ddl([TABLE, STREAM])
     with changestream.open(path) as db:
-        columns = {c.name: c for c in db.catalog().tables["T"].columns}
+        columns = {c.name: c for c in store_of(db).catalog().tables["T"].columns}
         assert columns["Created"].default_function == "CURRENT_TIMESTAMP()"
         assert {name: columns[name].default for name in CONSTANTS} == CONSTANTS
         with db.transaction() as tx:

@@ -27,6 +27,7 @@ import pytest
 import changestream
 from changestream import DataChangeRecord, HeartbeatRecord
 from changestream.clock import parse_ts
+from changestream.embedded.database import store_of
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -55,7 +56,7 @@ def only_token(db: changestream.EmbeddedDatabase) -> str:
 
 def read_log(db: changestream.EmbeddedDatabase, start: int) -> list[DataChangeRecord]:
     """Every data record of the single partition from ``start`` to the last commit."""
-    end = db.last_commit_ts()
+    end = store_of(db).last_commit_ts()
     records = list(db.read_change_stream(STREAM, start, end, only_token(db), 1000))
     data = [r for r in records if isinstance(r, DataChangeRecord)]
     assert all(isinstance(r, DataChangeRecord | HeartbeatRecord) for r in records)
@@ -743,7 +744,7 @@ def test_reads_inside_an_open_transaction_on_the_same_thread(tmp_path: Path, rea
     db, created = make_db(tmp_path / "same-thread.db")
     with db.transaction(tag="first") as tx:
         tx.insert("Items", ["Id", "Tag"], [[1, "a"]])
-    end = db.last_commit_ts()
+    end = store_of(db).last_commit_ts()
     token = only_token(db)
     with db.transaction(tag="second") as tx:
         tx.execute_update("INSERT INTO Items (Id, Tag) VALUES (2, 'b')")

@@ -21,6 +21,7 @@ from changestream import (
     NotFound,
 )
 from changestream.clock import parse_ts
+from changestream.embedded.database import store_of
 from changestream.server.client import RemoteDatabase
 from tests.conftest import ACCOUNT_BALANCE, FixedClock
 
@@ -76,9 +77,9 @@ def test_ddl_errors_name_the_problem(db: changestream.EmbeddedDatabase) -> None:
     # A failing batch applies nothing.
     with pytest.raises(NotFound):
         db.execute_ddl([PAIRS, "CREATE CHANGE STREAM T FOR Missing"])
-    assert "Pairs" not in db.catalog().tables
+    assert "Pairs" not in store_of(db).catalog().tables
     db.execute_ddl(["DROP CHANGE STREAM S", "DROP TABLE Singers"])
-    assert db.catalog().tables == {} and db.catalog().streams == {}
+    assert store_of(db).catalog().tables == {} and store_of(db).catalog().streams == {}
 
 
 def test_alter_change_stream_options(db: changestream.EmbeddedDatabase) -> None:
@@ -87,7 +88,7 @@ def test_alter_change_stream_options(db: changestream.EmbeddedDatabase) -> None:
         "ALTER CHANGE STREAM S SET OPTIONS "
         "(retention_period = '36h', value_capture_type = 'NEW_ROW')"
     )
-    stream = db.catalog().stream("S").definition
+    stream = store_of(db).catalog().stream("S").definition
     assert (stream.retention_seconds, stream.value_capture_type) == (36 * 3600, "NEW_ROW")
 
 
@@ -213,7 +214,7 @@ def test_expired_records_are_removed(tmp_path: Path) -> None:
         clock.set("2024-01-01T02:00:00Z")
         with db.transaction() as tx:
             tx.insert("Singers", ["SingerId"], [[2]])
-        kept = db.connection().execute("SELECT commit_ts FROM _cs_log").fetchall()
+        kept = store_of(db).connection().execute("SELECT commit_ts FROM _cs_log").fetchall()
         assert kept == [(parse_ts("2024-01-01T02:00:00Z"),)]
         token = db.partitions("S")[0].token
         records = list(
@@ -245,8 +246,14 @@ def test_databases_implement_every_interface_method_as_declared(implementation: 
     """isinstance() on a Protocol only sees that the names exist; here every parameter the
     interface declares must be accepted with the same kind and default."""
     interface = changestream.Database
-    methods = [n for n, v in vars(interface).items() if inspect.isfunction(v) and n[0] != "_"]
-    assert {"transaction", "read_change_stream", "partitions", "watch"} <= set(methods)
+    methods = {
+        n
+        for role in interface.__mro__
+        if role.__module__.startswith("changestream.")
+        for n, v in vars(role).items()
+        if inspect.isfunction(v) and n[0] != "_"
+    }
+    assert {"transaction", "read_change_stream", "partitions", "watch", "leases"} <= methods
     for name in methods:
         declared = inspect.signature(getattr(interface, name)).parameters
         actual = inspect.signature(getattr(implementation, name)).parameters

@@ -30,6 +30,7 @@ import pytest
 
 import changestream
 from changestream.clock import now_us, parse_ts
+from changestream.embedded.database import store_of
 from changestream.errors import ChangeStreamError
 from changestream.sql.statements import ReadFunctionCall, parse_statement
 
@@ -257,7 +258,7 @@ class Fuzzer:
             for table in db.tables():
                 rows = db.read(table.name)
                 assert len(list(db.execute_sql(f"SELECT * FROM `{table.name}`"))) == len(rows)
-            now = self.embedded.now()
+            now = store_of(self.embedded).now()
             for stream in db.change_streams():
                 for partition in db.partitions(stream.name):
                     start = max(partition.start_timestamp, now - 10_000_000)

@@ -33,6 +33,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 import changestream
 from changestream import AlreadyExists, FailedPrecondition, HeartbeatRecord, NotFound, OutOfRange
 from changestream.clock import now_us, parse_ts
+from changestream.embedded.database import store_of
 from changestream.store.keys import encode_key
 from changestream.store.splits import load_split
 from changestream.streams.read import ChangeStreamReader, ReadRequest
@@ -148,7 +149,7 @@ class ChangeStreamMachine(RuleBasedStateMachine):
         #: The tables as they were where the readable log begins (empty until changes expire).
         self.replay_base: dict[str, dict[tuple[Any, ...], Any]] = {"A": {}, "B": {}}
         self.scratch_tables = 0
-        self.start = self.db.catalog().stream("S").created_ts
+        self.start = store_of(self.db).catalog().stream("S").created_ts
         self.model = Model()
         # (commit_ts, table, key, mod_type) for every mod the stream must return.
         self.expected: set[tuple[int, str, tuple[Any, ...], str]] = set()
@@ -192,11 +193,11 @@ class ChangeStreamMachine(RuleBasedStateMachine):
         with contextlib.suppress(FailedPrecondition):
             self.db.split_at(table, key)
 
-    @precondition(lambda self: len(self.db.live_splits()) > 1)
+    @precondition(lambda self: len(store_of(self.db).live_splits()) > 1)
     @rule(index=st.integers(0, 100))
     def merge(self, index: int) -> None:
-        boundaries = [s.start_key for s in self.db.live_splits() if s.start_key]
-        self.db.change_split_boundary(boundaries[index % len(boundaries)], merge=True)
+        boundaries = [s.start_key for s in store_of(self.db).live_splits() if s.start_key]
+        store_of(self.db).change_split_boundary(boundaries[index % len(boundaries)], merge=True)
 
     @rule()
     def rebalance(self) -> None:
@@ -221,10 +222,12 @@ class ChangeStreamMachine(RuleBasedStateMachine):
         promise: nothing in this partition at or below it may show up later."""
         live = self.db.partitions("S")
         partition = live[index % len(live)]
-        start = max(self.db.last_commit_ts(), partition.start_timestamp)
-        request = ReadRequest(self.db.catalog().stream("S"), start, None, partition.token, 10_000)
+        start = max(store_of(self.db).last_commit_ts(), partition.start_timestamp)
+        request = ReadRequest(
+            store_of(self.db).catalog().stream("S"), start, None, partition.token, 10_000
+        )
         seen: set[int] = set()
-        for record in ChangeStreamReader(self.db, request):
+        for record in ChangeStreamReader(store_of(self.db), request):
             if isinstance(record, HeartbeatRecord):
                 self.heartbeats.append((partition.token, start, record.timestamp, seen))
                 return
@@ -261,18 +264,20 @@ class ChangeStreamMachine(RuleBasedStateMachine):
         return f"value_capture_type = '{capture}'"
 
     def check_lineage(self) -> None:
-        end = max(self.db.last_commit_ts(), self.start)  # no commit may follow an expiry
+        end = max(store_of(self.db).last_commit_ts(), self.start)  # no commit may follow an expiry
         reads = read_lineage(self.db, "S", self.start, end)
         by_token = {r.token: r for r in reads}
-        secret = self.db.secret
-        tables = self.db.catalog().tables
+        secret = store_of(self.db).secret
+        tables = store_of(self.db).catalog().tables
         returned: list[tuple[int, str, tuple[Any, ...], str]] = []
         replay = {table: dict(rows) for table, rows in self.replay_base.items()}
         ordered = []
         for read in reads:
             stamps = [r.commit_timestamp for r in read.records]
             assert stamps == sorted(stamps)  # (2)
-            split = load_split(self.db.connection(), decode_token(secret, read.token).split_id)
+            split = load_split(
+                store_of(self.db).connection(), decode_token(secret, read.token).split_id
+            )
             assert split is not None
             for parent in read.parents:  # (4)
                 assert by_token[parent].end == read.start
@@ -420,9 +425,9 @@ class RetentionChangeStreamMachine(ChangeStreamMachine):
     @rule()
     def expire(self) -> None:
         """Two hours pass: every change so far expires; reads start from now on."""
-        first = self.db.catalog().stream("S").created_ts
+        first = store_of(self.db).catalog().stream("S").created_ts
         self.offset += 2 * self.RETENTION_US
-        now = self.db.now()
+        now = store_of(self.db).now()
         with pytest.raises(OutOfRange):
             self.db.read_change_stream("S", first)
         self.expected = {e for e in self.expected if e[0] > now - self.RETENTION_US}

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 import changestream
+from changestream.embedded.database import store_of
 
 NULLABLE_INT_KEY = "CREATE TABLE N (K INT64, V STRING(MAX)) PRIMARY KEY (K)"
 NULLABLE_STRING_KEY = "CREATE TABLE S (K STRING(MAX), V STRING(MAX)) PRIMARY KEY (K)"
@@ -46,7 +47,7 @@ def test_one_row_per_null_key_and_null_sorts_first(tmp_path: Path) -> None:
                 "CREATE CHANGE STREAM S FOR ALL OPTIONS (value_capture_type = 'NEW_ROW')",
             ]
         )
-        start = db.last_commit_ts() + 1
+        start = store_of(db).last_commit_ts() + 1
         with db.transaction() as tx:
             tx.insert("N", ["K", "V"], [[5, "five"], [None, "null"]])
             tx.insert("C", ["A", "B", "V"], [["a", 1, 1], [None, 1, 2], [None, 0, 3]])
@@ -69,7 +70,9 @@ def test_one_row_per_null_key_and_null_sorts_first(tmp_path: Path) -> None:
         (partition,) = db.partitions("S")
         keys = [
             (record.table_name, record.mod_type, mod.keys)
-            for record in db.read_change_stream("S", start, db.last_commit_ts(), partition.token)
+            for record in db.read_change_stream(
+                "S", start, store_of(db).last_commit_ts(), partition.token
+            )
             if isinstance(record, changestream.DataChangeRecord)
             for mod in record.mods
         ]

@@ -10,6 +10,7 @@ import pytest
 import changestream
 from changestream import DataChangeRecord, OutOfRange
 from changestream.clock import format_ts, parse_ts
+from changestream.embedded.database import store_of
 from tests.conftest import FixedClock
 
 ITEMS = "CREATE TABLE Items (Id INT64 NOT NULL, Payload STRING(MAX)) PRIMARY KEY (Id)"
@@ -73,9 +74,9 @@ def test_storage_stays_bounded_under_a_steady_load(tmp_path: Path) -> None:
                     "Items", ["Id", "Payload"], [[i, "x" * 200 + str(minute)] for i in range(200)]
                 )
             if minute % 60 == 0:
-                db.connection().execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                store_of(db).connection().execute("PRAGMA wal_checkpoint(TRUNCATE)")
                 sizes.append(storage_bytes(path))
-        kept = db.connection().execute("SELECT min(commit_ts) FROM _cs_log").fetchone()[0]
+        kept = store_of(db).connection().execute("SELECT min(commit_ts) FROM _cs_log").fetchone()[0]
         assert kept >= start + 179 * 60_000_000
     # After the first retention period the file stops growing: freed pages are reused.
     assert sizes[3] <= sizes[1] * 1.1, sizes

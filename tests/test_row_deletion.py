@@ -18,6 +18,7 @@ from changestream import (
     FailedPrecondition,
     NotFound,
 )
+from changestream.embedded.database import store_of
 
 DAY = dt.timedelta(days=1)
 EVENTS = (
@@ -49,7 +50,9 @@ def recorded(db: changestream.EmbeddedDatabase, stream: str, start: int) -> list
     (partition,) = db.partitions(stream)
     return [
         (record.mod_type, record.is_system_transaction)
-        for record in db.read_change_stream(stream, start, db.last_commit_ts(), partition.token)
+        for record in db.read_change_stream(
+            stream, start, store_of(db).last_commit_ts(), partition.token
+        )
         if isinstance(record, DataChangeRecord)
         for _ in record.mods
     ]
@@ -69,7 +72,7 @@ def test_expired_rows_are_deleted_as_system_transactions(
                 [4, stamp(30), "x"],
             ],
         )
-    start = db.last_commit_ts() + 1
+    start = store_of(db).last_commit_ts() + 1
     assert db.delete_expired_rows() == 2
     assert [row[0] for row in db.read("Events")] == [2, 3]
     assert db.delete_expired_rows() == 0
@@ -78,12 +81,12 @@ def test_expired_rows_are_deleted_as_system_transactions(
     # An ordinary delete is recorded by both.
     with db.transaction() as tx:
         tx.delete("Events", [[2]])
-    later = db.last_commit_ts()
+    later = store_of(db).last_commit_ts()
     assert recorded(db, "NoTtl", later) == [("DELETE", False)]
 
 
 def test_policy_ddl_and_its_checks(db: changestream.EmbeddedDatabase) -> None:
-    policy = db.catalog().table("Events").row_deletion_policy
+    policy = store_of(db).catalog().table("Events").row_deletion_policy
     assert policy is not None and (policy.column, policy.days) == ("Seen", 7)
     with pytest.raises(AlreadyExists, match="already has a row deletion policy"):
         db.execute_ddl(
@@ -98,7 +101,7 @@ def test_policy_ddl_and_its_checks(db: changestream.EmbeddedDatabase) -> None:
     with pytest.raises(FailedPrecondition, match="its row deletion policy uses it"):
         db.execute_ddl("ALTER TABLE Events DROP COLUMN Seen")
     db.execute_ddl("ALTER TABLE Events DROP ROW DELETION POLICY")
-    assert db.catalog().table("Events").row_deletion_policy is None
+    assert store_of(db).catalog().table("Events").row_deletion_policy is None
     with pytest.raises(NotFound, match="has no row deletion policy"):
         db.execute_ddl("ALTER TABLE Events DROP ROW DELETION POLICY")
     with pytest.raises(FailedPrecondition, match="needs a TIMESTAMP column; 'Name' is STRING"):

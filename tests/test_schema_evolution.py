@@ -14,6 +14,7 @@ import pytest
 
 import changestream
 from changestream import AlreadyExists, DataChangeRecord, FailedPrecondition, NotFound
+from changestream.embedded.database import store_of
 from tests.server_support import serving
 from tests.watch_support import take
 
@@ -34,7 +35,7 @@ def db(tmp_path: Path) -> Iterator[changestream.EmbeddedDatabase]:
 
 def records(db: changestream.EmbeddedDatabase, start: int) -> list[DataChangeRecord]:
     (partition,) = db.partitions("Everything")
-    end = db.last_commit_ts()
+    end = store_of(db).last_commit_ts()
     return [
         r
         for r in db.read_change_stream("Everything", start, end, partition.token)
@@ -49,7 +50,7 @@ def columns_of(record: DataChangeRecord) -> list[str]:
 def test_add_column_reads_null_then_new_values_and_streams_follow(
     db: changestream.EmbeddedDatabase,
 ) -> None:
-    before = db.last_commit_ts() + 1
+    before = store_of(db).last_commit_ts() + 1
     with db.transaction() as tx:
         tx.update("Orders", ["Id", "Amount"], [[1, 11]])
     changed = db.execute_ddl("ALTER TABLE Orders ADD COLUMN Note STRING(MAX)")
@@ -74,7 +75,7 @@ def test_a_not_null_column_needs_a_default_on_a_table_with_rows(
 ) -> None:
     with pytest.raises(FailedPrecondition, match="give it a DEFAULT"):
         db.execute_ddl("ALTER TABLE Orders ADD COLUMN Qty INT64 NOT NULL")
-    start = db.last_commit_ts() + 1
+    start = store_of(db).last_commit_ts() + 1
     db.execute_ddl("ALTER TABLE Orders ADD COLUMN Qty INT64 NOT NULL DEFAULT (-1)")
     db.execute_ddl("ALTER TABLE Orders ADD COLUMN Gift BOOL DEFAULT (TRUE)")
     with db.transaction() as tx:
@@ -97,7 +98,7 @@ def test_a_not_null_column_needs_a_default_on_a_table_with_rows(
 
 
 def test_drop_column_and_what_refuses_it(db: changestream.EmbeddedDatabase) -> None:
-    start = db.last_commit_ts() + 1
+    start = store_of(db).last_commit_ts() + 1
     db.execute_ddl("ALTER TABLE Orders DROP COLUMN Amount")
     assert db.read("Orders") == [(1, "ann"), (2, "bob")]
     with db.transaction() as tx:
@@ -146,7 +147,7 @@ def test_alter_column_changes_spanner_allows(db: changestream.EmbeddedDatabase) 
     with db.transaction() as tx:
         tx.update("Orders", ["Id", "Amount"], [[2, None]])
     assert db.read("Orders") == [(1, "x" * 11, 10), (2, "bob", None)]
-    assert [i.name for i in db.catalog().table("Orders").indexes] == ["ByAmount"]
+    assert [i.name for i in store_of(db).catalog().table("Orders").indexes] == ["ByAmount"]
 
 
 def test_ddl_statements_of_one_call_apply_together(db: changestream.EmbeddedDatabase) -> None:
@@ -154,7 +155,11 @@ def test_ddl_statements_of_one_call_apply_together(db: changestream.EmbeddedData
         db.execute_ddl(
             ["ALTER TABLE Orders ADD COLUMN Note STRING(MAX)", "ALTER TABLE Orders DROP COLUMN X"]
         )
-    assert [c.name for c in db.catalog().table("Orders").columns] == ["Id", "Customer", "Amount"]
+    assert [c.name for c in store_of(db).catalog().table("Orders").columns] == [
+        "Id",
+        "Customer",
+        "Amount",
+    ]
     assert db.read("Orders", [[1]]) == [(1, "ann", 10)]
 
 
@@ -186,7 +191,7 @@ def test_indexes_are_used_checked_and_kept(
     db.execute_ddl("ALTER TABLE Orders RENAME TO Sales")
     reopened = changestream.open(str(tmp_path / "shop.db"))
     try:
-        indexes = reopened.catalog().table("Sales").indexes
+        indexes = store_of(reopened).catalog().table("Sales").indexes
         assert [(i.name, i.table, i.null_filtered, i.storing) for i in indexes] == [
             ("ByAmount", "Sales", True, ("Customer",)),
             ("OneAmount", "Sales", False, ()),
@@ -265,7 +270,9 @@ def test_watch_and_the_stream_client_see_new_columns_without_a_restart(
         def process_records(self, records: list[Any], checkpointer: Any) -> None:
             seen.extend(m.new_values for r in records for m in r.mods)
 
-    client = StreamClient(db, "Everything", "w1", Keep, start_timestamp=db.last_commit_ts() + 1)
+    client = StreamClient(
+        db, "Everything", "w1", Keep, start_timestamp=store_of(db).last_commit_ts() + 1
+    )
     client.start()
     try:
         with db.watch(full_document="updateLookup") as cursor:

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 import changestream
 from changestream import DataChangeRecord
+from changestream.embedded.database import store_of
 
 NAMES = ["A", "B", "C", "D"]
 TYPES = {
@@ -43,7 +44,7 @@ def test_column_changes_and_writes_match_a_model(
                     "CREATE CHANGE STREAM S FOR ALL OPTIONS (value_capture_type = 'NEW_ROW')",
                 ]
             )
-            start = db.last_commit_ts() + 1
+            start = store_of(db).last_commit_ts() + 1
             columns: dict[str, str] = {}  # name → type, in table order
             rows: dict[int, dict[str, Any]] = {}
             schema_at: list[tuple[int, list[str]]] = []  # (commit ts, columns) of each write
@@ -65,7 +66,7 @@ def test_column_changes_and_writes_match_a_model(
                         tx.insert_or_update("T", ["K", *values], [[arg, *values.values()]])
                     rows[arg] = values
                     if recorded:
-                        schema_at.append((db.last_commit_ts(), ["K", *columns]))
+                        schema_at.append((store_of(db).last_commit_ts(), ["K", *columns]))
                 elif kind == "delete" and arg in rows:
                     with db.transaction() as tx:
                         tx.delete("T", [[arg]])
@@ -74,7 +75,7 @@ def test_column_changes_and_writes_match_a_model(
             assert db.read("T") == expected
             if schema_at:
                 (partition,) = db.partitions("S")
-                end = db.last_commit_ts()
+                end = store_of(db).last_commit_ts()
                 shapes = {
                     r.commit_timestamp: sorted(
                         (c for c in r.column_types), key=lambda c: c.ordinal_position

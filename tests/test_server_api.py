@@ -26,6 +26,7 @@ import changestream
 from changestream import COMMIT_TIMESTAMP, DataChangeRecord, KeyRange, Lease
 from changestream.cli import main
 from changestream.client import Checkpointer, RecordProcessor, StreamClient
+from changestream.embedded.database import store_of
 from changestream.errors import (
     AlreadyExists,
     DDLError,
@@ -535,7 +536,7 @@ def test_answers_and_stream_lines_fit_the_declared_schemas(
     leases = httpx.post(base + "/streams/S/leases/list", json={"consumer": "group"}).json()
     assert leases["leases"][0]["parent_shard_ids"] == ["p0"]
     fits("POST", "/streams/{stream}/leases/list", leases)
-    end = embedded.now()
+    end = store_of(embedded).now()
     kinds = set()
     reads = [
         (None, start),

@@ -26,6 +26,7 @@ import changestream
 from changestream.clock import now_us
 from changestream.datastream import StreamCatalog, StreamDefinition
 from changestream.datastream.files import event_files, read_events
+from changestream.embedded.database import store_of
 from changestream.spark.history import HistoryReplica
 from changestream.spark.pipeline import PipelineFailed, PipelineOptions, SparkPipeline
 from changestream.spark.replica import DeltaReplica
@@ -493,7 +494,7 @@ def test_a_running_pipeline_follows_columns_added_and_dropped_while_it_runs(
         deadline = time.monotonic() + 120  # Spark's first micro-batch starts its workers
 
         def landed() -> None:
-            last = db.last_commit_ts()
+            last = store_of(db).last_commit_ts()
             while (catalog.progress("s1").last_commit_timestamp or 0) < last:
                 assert time.monotonic() < deadline and runner.is_alive(), catalog.get("s1").state
                 time.sleep(0.1)
@@ -616,3 +617,33 @@ def test_a_replay_from_a_timestamp_lands_the_same_events_again(spark: Any, tmp_p
     assert {e["uuid"] for e in events} == first and len(events) == 2 * len(first) > 0
     assert _replica_rows(tmp_path / "replica", path, "Items") == _source_rows(path)
     assert list((tmp_path / "events" / "_changestream").glob("s1-*-cdc1/checkpoint"))
+
+
+def test_start_status_and_stop_drive_a_pipeline_without_a_thread_of_ones_own(
+    spark: Any, tmp_path: Path
+) -> None:
+    path = str(tmp_path / "source.db")
+    _create_items(path, rows=0)
+    _stream(path, tmp_path, backfill="none")
+    pipeline = SparkPipeline(
+        "s1", path, PipelineOptions(trigger_seconds=0.2, poll_seconds=0.2), spark=spark
+    )
+    assert pipeline.status().state == "Starting" and not pipeline.running
+    assert pipeline.start() is pipeline and pipeline.running
+    with pytest.raises(changestream.FailedPrecondition, match="already started"):
+        pipeline.start()
+    with changestream.open(path) as db:
+        with db.transaction() as tx:
+            tx.insert("Items", ["Id", "Name", "Qty"], [[n, "s", n] for n in range(5)])
+        last = store_of(db).last_commit_ts()
+    deadline = time.monotonic() + 120  # Spark's first micro-batch starts its workers
+    while (pipeline.status().frontier or 0) < last:
+        assert time.monotonic() < deadline and pipeline.running, pipeline.status()
+        time.sleep(0.1)
+    assert pipeline.status().state == "Running"
+    final = pipeline.stop(timeout=120)
+    assert not pipeline.running and final.frontier is not None and final.frontier >= last
+    assert sorted(e["payload"]["Id"] for e in _events(tmp_path / "events")) == list(range(5))
+    with changestream.open(path) as db:  # stop() leaves the stream's state alone
+        assert StreamCatalog(db).get("s1").state.value == "Running"
+    assert pipeline.wait(1) == final

@@ -9,6 +9,7 @@ import pytest
 
 import changestream
 from changestream import ChildPartitionsRecord, DataChangeRecord, InvalidArgument
+from changestream.embedded.database import store_of
 from changestream.store.policy import SplitPolicy, take_leadership
 
 ITEMS = "CREATE TABLE Items (Id INT64 NOT NULL, Note STRING(MAX)) PRIMARY KEY (Id)"
@@ -28,8 +29,8 @@ def insert(db: changestream.EmbeddedDatabase, ids: range) -> None:
 
 def workflow(db: changestream.EmbeddedDatabase) -> list[DataChangeRecord]:
     """Every data record from the stream's creation, following the lineage to the end."""
-    start = db.catalog().stream("S").created_ts
-    end = db.last_commit_ts()
+    start = store_of(db).catalog().stream("S").created_ts
+    end = store_of(db).last_commit_ts()
     (first,) = db.read_change_stream("S", start, end)
     assert isinstance(first, ChildPartitionsRecord)
     queue = [(c.token, first.start_timestamp) for c in first.child_partitions]
@@ -125,14 +126,14 @@ def test_background_policy_splits_by_itself(tmp_path: Path) -> None:
     while len(db.partitions("S")) < 2 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert len(db.partitions("S")) >= 2
-    leader = db.connection().execute("SELECT leader FROM _cs_policy").fetchone()[0]
+    leader = store_of(db).connection().execute("SELECT leader FROM _cs_policy").fetchone()[0]
     assert leader and leader.split(":")[1].isdigit()
     db.close()
 
 
 def test_only_one_process_leads_at_a_time(tmp_path: Path) -> None:
     db = open_items(tmp_path)
-    with db.locked() as conn:
+    with store_of(db).locked() as conn:
         assert take_leadership(conn, "a", 1_000, 500)
         assert not take_leadership(conn, "b", 1_200, 500)
         assert take_leadership(conn, "a", 1_300, 500)

@@ -17,6 +17,7 @@ import orjson
 import pytest
 
 import changestream
+from changestream.embedded.database import store_of
 from changestream.store.keys import encode_key
 from changestream.store.splits import load_split
 from changestream.streams.tokens import decode_token
@@ -53,7 +54,7 @@ def test_storm_of_writers_and_live_readers(tmp_path: Path) -> None:
         min_lifetime_seconds=1,
         check_interval_seconds=0.2,
     )
-    start = db.catalog().stream("Storm").created_ts
+    start = store_of(db).catalog().stream("Storm").created_ts
     stop_file = tmp_path / "stop"
     readers = [spawn("reader", path, start, stop_file, tmp_path / f"r{i}.jsonl") for i in range(2)]
     writers = [spawn("writer", path, w, SECONDS, tmp_path / f"w{w}.jsonl") for w in range(4)]
@@ -61,8 +62,8 @@ def test_storm_of_writers_and_live_readers(tmp_path: Path) -> None:
         for process in writers:
             assert process.wait(timeout=SECONDS + 120) == 0
         # Merge everything back while the readers are still live: merge children, two parents.
-        for split in db.live_splits()[1:]:
-            db.change_split_boundary(split.start_key, merge=True)
+        for split in store_of(db).live_splits()[1:]:
+            store_of(db).change_split_boundary(split.start_key, merge=True)
         with db.transaction(tag="last") as tx:
             tx.insert_or_update("Storm", ["W", "K", "V"], [[9, 0, 0]])
         assert tx.commit_timestamp is not None
@@ -79,8 +80,8 @@ def test_storm_of_writers_and_live_readers(tmp_path: Path) -> None:
     history = db.partition_history("Storm")
     assert len(history) > 3, "the policy never split"
     assert any(len(p.parent_tokens) == 2 for p in history)
-    table = db.catalog().table("Storm")
-    secret = db.secret
+    table = store_of(db).catalog().table("Storm")
+    secret = store_of(db).secret
     for index in range(2):
         entries = lines(tmp_path / f"r{index}.jsonl")
         data = [e for e in entries if e[0] == "data"]
@@ -101,7 +102,7 @@ def test_storm_of_writers_and_live_readers(tmp_path: Path) -> None:
                     promised = max(promised, event[2])
                 elif event[0] == "data":
                     assert event[2] > promised
-            split = load_split(db.connection(), decode_token(secret, token).split_id)
+            split = load_split(store_of(db).connection(), decode_token(secret, token).split_id)
             assert split is not None
             for event in events:  # (3)
                 if event[0] == "data":

@@ -15,6 +15,7 @@ from click.testing import CliRunner
 import changestream
 from changestream import DataChangeRecord, DDLError
 from changestream.cli.main import main
+from changestream.embedded.database import store_of
 from tests.server_support import serving
 
 TABLE = "CREATE TABLE T (K INT64 NOT NULL, V STRING(MAX)) PRIMARY KEY (K)"
@@ -29,7 +30,7 @@ def db(tmp_path: Path) -> Iterator[changestream.EmbeddedDatabase]:
 
 def mod_types(db: changestream.EmbeddedDatabase, stream: str, start: int) -> list[str]:
     """The mod type of every mod ``stream`` recorded from ``start`` on."""
-    end = db.last_commit_ts()
+    end = store_of(db).last_commit_ts()
     if start > end:
         return []
     (partition,) = db.partitions(stream)
@@ -63,7 +64,7 @@ def test_excluded_mod_types_are_not_recorded(db: changestream.EmbeddedDatabase) 
             "(exclude_update = true, exclude_delete = true)",
         ]
     )
-    start = db.last_commit_ts() + 1
+    start = store_of(db).last_commit_ts() + 1
     write_all_kinds(db)
     assert mod_types(db, "All_", start) == ["INSERT"] * 2 + ["UPDATE"] * 2 + ["DELETE"] * 2
     assert mod_types(db, "NoInsert", start) == ["UPDATE"] * 2 + ["DELETE"] * 2
@@ -72,7 +73,7 @@ def test_excluded_mod_types_are_not_recorded(db: changestream.EmbeddedDatabase) 
     # SET OPTIONS changes a flag; NULL puts it back to false.
     db.execute_ddl("ALTER CHANGE STREAM NoInsert SET OPTIONS (exclude_insert = null)")
     db.execute_ddl("ALTER CHANGE STREAM All_ SET OPTIONS (exclude_delete = true)")
-    again = db.last_commit_ts() + 1
+    again = store_of(db).last_commit_ts() + 1
     write_all_kinds(db)
     assert mod_types(db, "NoInsert", again) == ["INSERT"] * 2 + ["UPDATE"] * 2 + ["DELETE"] * 2
     assert mod_types(db, "All_", again) == ["INSERT"] * 2 + ["UPDATE"] * 2
@@ -105,7 +106,7 @@ def test_excluded_transactions_skip_streams_that_allow_it(
             "CREATE CHANGE STREAM Records FOR T",
         ]
     )
-    start = db.last_commit_ts() + 1
+    start = store_of(db).last_commit_ts() + 1
     with db.transaction(exclude_txn_from_change_streams=True) as tx:
         tx.insert("T", ["K", "V"], [[1, "a"]])
         tx.execute_update("UPDATE T SET V = 'x' WHERE K = 1")
@@ -119,7 +120,7 @@ def test_excluded_transactions_skip_streams_that_allow_it(
     with serving({"o": db}) as running:
         remote = changestream.connect(f"http://127.0.0.1:{running.server.port}/o")
         try:
-            mark = db.last_commit_ts() + 1
+            mark = store_of(db).last_commit_ts() + 1
             with remote.transaction(exclude_txn_from_change_streams=True) as tx:
                 tx.insert("T", ["K", "V"], [[3, "c"]])
             with remote.transaction(exclude_txn_from_change_streams=True) as tx:
@@ -137,7 +138,7 @@ def replicate(
 ) -> tuple[int, int]:
     """Apply ``source``'s recorded changes after ``since`` to ``target``, excluded from its
     streams; returns (changes applied, the source position reached)."""
-    end = source.last_commit_ts()
+    end = store_of(source).last_commit_ts()
     if since > end:
         return 0, since
     (partition,) = source.partitions("Replicate")
@@ -167,7 +168,7 @@ def test_a_replication_loop_stops_after_one_round(tmp_path: Path) -> None:
         positions = {}
         for side in (east, west):
             side.execute_ddl([TABLE, stream])
-            positions[side.name] = side.last_commit_ts() + 1
+            positions[side.name] = store_of(side).last_commit_ts() + 1
         with east.transaction() as tx:
             tx.insert("T", ["K", "V"], [[1, "from east"]])
         with west.transaction() as tx:

@@ -13,6 +13,7 @@ import pytest
 
 import changestream
 from changestream import COMMIT_TIMESTAMP, KeyRange
+from changestream.embedded.database import store_of
 from changestream.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from tests.conftest import FixedClock, OpenDb
 
@@ -129,7 +130,10 @@ def test_tables_and_change_streams(tmp_path: Path, open_db: OpenDb) -> None:
     assert [c.not_null for c in pairs.columns] == [True, True, False]
     assert tables[1].column("Ts") is not None and tables[1].column("Ts").allow_commit_timestamp  # type: ignore[union-attr]
     if isinstance(db, changestream.EmbeddedDatabase):
-        assert tables == [db.catalog().tables["Pairs"], db.catalog().tables["V"]]
+        assert tables == [
+            store_of(db).catalog().tables["Pairs"],
+            store_of(db).catalog().tables["V"],
+        ]
     (stream,) = db.change_streams()
     assert stream.name == "S"
     assert stream.value_capture_type == "NEW_ROW"

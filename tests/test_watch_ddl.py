@@ -16,6 +16,7 @@ from changestream import (
     NotFound,
 )
 from changestream.ddl import RenameTable, parse_ddl
+from changestream.embedded.database import store_of
 from tests.watch_support import COLUMNS, ITEMS
 
 pytestmark = pytest.mark.timeout(120)
@@ -72,7 +73,7 @@ def test_internal_stream_is_out_of_users_reach(tmp_path: Path) -> None:
         with pytest.raises(NotFound) as missing:
             db.read_change_stream("Nope", db.ensure_watch_stream().now)
         assert "(change streams: Mine)" in str(missing.value)
-        assert list(db.catalog().user_streams()) == ["Mine"]
+        assert list(store_of(db).catalog().user_streams()) == ["Mine"]
         for statement in (
             f"DROP CHANGE STREAM {name}",
             f"ALTER CHANGE STREAM {name} SET OPTIONS (retention_period = '1h')",
@@ -104,7 +105,7 @@ def user_records(tmp_path: Path, name: str, with_watch: bool) -> list[dict[str, 
         with db.transaction() as tx:
             tx.delete("Stock", [[2]])
         (partition,) = db.partitions("Mine")
-        end = db.last_commit_ts()
+        end = store_of(db).last_commit_ts()
         records = db.read_change_stream("Mine", created, end, partition.token, 1000)
         return [
             r.to_dict() | {"commit_timestamp": "", "server_transaction_id": ""}

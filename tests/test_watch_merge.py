@@ -12,6 +12,7 @@ import pytest
 
 import changestream
 from changestream.clock import parse_ts
+from changestream.embedded.database import store_of
 from changestream.watch.merge import record_key
 from tests.lineage import read_lineage
 from tests.watch_support import COLUMNS, ITEMS, key, nothing_more, take
@@ -65,7 +66,7 @@ def test_live_merge_in_commit_order_over_many_partitions_one_idle(tmp_path: Path
         assert not errors
         assert nothing_more(cursor)
         cursor.close()
-        end = db.last_commit_ts()
+        end = store_of(db).last_commit_ts()
 
         keys = [key(e) for e in events]
         assert keys == sorted(keys) and len(set(keys)) == len(keys), "commit order, once each"

@@ -6,6 +6,7 @@ import os
 from typing import TYPE_CHECKING
 
 from changestream.clock import Clock
+from changestream.embedded.database import EmbeddedDatabase
 from changestream.errors import (
     AlreadyExists,
     ChangeStreamError,
@@ -25,8 +26,14 @@ from changestream.store.inspection import inspect
 from changestream.store.keys import KeyRange
 from changestream.store.leases import Lease
 from changestream.store.transaction import Transaction
-from changestream.streams.database import EmbeddedDatabase, Partition, ResultSet
 from changestream.streams.interface import Database, LeaseTableLike, TransactionLike
+from changestream.streams.lineage import (
+    PartitionWalk,
+    WalkedPartition,
+    parents_finished,
+    walk_partitions,
+)
+from changestream.streams.models import Partition, ResultSet
 from changestream.streams.records import (
     ChangeRecord,
     ChildPartition,
@@ -134,14 +141,18 @@ __all__ = [
     "NotFound",
     "OutOfRange",
     "Partition",
+    "PartitionWalk",
     "ResourceExhausted",
     "ResultSet",
     "SqlLimits",
     "SqlSandbox",
     "Transaction",
     "TransactionLike",
+    "WalkedPartition",
     "__version__",
     "connect",
     "open",
     "open_path_or_url",
+    "parents_finished",
+    "walk_partitions",
 ]

@@ -46,6 +46,7 @@ from changestream import (
     EmbeddedDatabase,
     HeartbeatRecord,
     Partition,
+    parents_finished,
 )
 from changestream.cli.common import json_line
 from changestream.cli.load_demo import run_load_demo
@@ -319,9 +320,9 @@ class Tour:
         for child in children:
             if child.token in scheduled:
                 continue
-            waiting_for = [p for p in child.parents if p not in finished]
-            if waiting_for:
+            if not parents_finished(child.parents, finished):
                 if show:
+                    waiting_for = [p for p in child.parents if p not in finished]
                     self.note(
                         f"child {short_token(child.token)} must wait for its other parent(s): "
                         f"{', '.join(short_token(p) for p in waiting_for)}"

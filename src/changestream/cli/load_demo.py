@@ -11,8 +11,8 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from changestream import ChildPartitionsRecord, DataChangeRecord, EmbeddedDatabase
-from changestream.clock import format_ts
+from changestream import DataChangeRecord, EmbeddedDatabase, walk_partitions
+from changestream.clock import format_ts, now_us
 
 HOT_KEYS = range(900, 1000)
 ALL_KEYS = range(0, 1000)
@@ -80,7 +80,7 @@ def run_load_demo(db: EmbeddedDatabase, console: Console, seconds: float) -> Non
         min_lifetime_seconds=2,
         check_interval_seconds=0.5,
     )
-    start = db.catalog().stream("OrdersStream").created_ts
+    start = min(p.start_timestamp for p in db.partition_history("OrdersStream"))
     stop = threading.Event()
     counts = [0]
     events: list[str] = []
@@ -106,22 +106,14 @@ def run_load_demo(db: EmbeddedDatabase, console: Console, seconds: float) -> Non
 
 
 def _check_every_mod(db: EmbeddedDatabase, start: int, written: int, console: Console) -> None:
-    """Read the whole lineage with the query workflow and count the mods."""
-    end = db.last_commit_ts()
-    (first,) = db.read_change_stream("OrdersStream", start, end)
-    assert isinstance(first, ChildPartitionsRecord)
-    queue = [(c.token, first.start_timestamp) for c in first.child_partitions]
-    read: set[str] = set()
+    """Read the whole lineage, parents first, and count the mods."""
+    end = now_us()  # the writer has stopped: every commit is at or before now
+    partitions = 0
     mods = 0
-    while queue:
-        token, begin = queue.pop(0)
-        if token in read:
-            continue
-        read.add(token)
-        for record in db.read_change_stream("OrdersStream", begin, end, token, 1000):
+    for partition in walk_partitions(db, "OrdersStream", start, end, 1000):
+        partitions += 1
+        for record in partition.records():
             if isinstance(record, DataChangeRecord):
                 mods += len(record.mods)
-            elif isinstance(record, ChildPartitionsRecord):
-                queue.extend((c.token, record.start_timestamp) for c in record.child_partitions)
     verdict = "all there" if mods == written else "MISSING"
-    console.print(f"{len(read)} partitions read, {mods:,} of {written:,} mods: {verdict}.")
+    console.print(f"{partitions} partitions read, {mods:,} of {written:,} mods: {verdict}.")

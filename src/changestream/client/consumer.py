@@ -30,13 +30,13 @@ from changestream.client.processor import (
 )
 from changestream.errors import DatabaseBusy, FailedPrecondition
 from changestream.retry import retrying
-from changestream.streams.interface import Database
 from changestream.streams.records import (
     ChangeRecord,
     ChildPartitionsRecord,
     DataChangeRecord,
     HeartbeatRecord,
 )
+from changestream.streams.roles import StreamClientDatabase
 
 log = logging.getLogger("changestream.client")
 
@@ -101,7 +101,7 @@ class PartitionConsumer:
 
     def __init__(
         self,
-        db: Database,
+        db: StreamClientDatabase,
         coordinator: LeaseCoordinator,
         held: HeldLease,
         config: ClientConfig,

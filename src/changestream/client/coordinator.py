@@ -27,8 +27,8 @@ from changestream.client.positions import Position
 from changestream.client.taker import LeaseTaker
 from changestream.clock import now_us
 from changestream.store.leases import Lease
-from changestream.streams.interface import Database, LeaseTableLike
 from changestream.streams.records import ChildPartition, ChildPartitionsRecord
+from changestream.streams.roles import LeaseTableLike, StreamClientDatabase
 
 log = logging.getLogger("changestream.client")
 
@@ -99,7 +99,7 @@ class LeaseCoordinator:
 
     def __init__(
         self,
-        db: Database,
+        db: StreamClientDatabase,
         table: LeaseTableLike,
         config: ClientConfig,
         on_take: Callable[[HeldLease], None],

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from changestream.client.positions import Position
 from changestream.store.leases import Lease
+from changestream.streams.lineage import parents_finished
 
 PARTITION_LEASE = "PartitionLease"
 STREAM_STATUS = "Stream"
@@ -52,7 +53,7 @@ def ready_leases(leases: list[Lease]) -> list[Lease]:
     """
     finished = {r.status_value for r in leases if r.checkpoint == END}
     return [
-        r for r in leases if r.checkpoint != END and all(p in finished for p in r.parent_shard_ids)
+        r for r in leases if r.checkpoint != END and parents_finished(r.parent_shard_ids, finished)
     ]
 
 

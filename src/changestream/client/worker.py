@@ -19,7 +19,7 @@ from changestream.errors import (
     InvalidArgument,
 )
 from changestream.store.leases import MAX_CONSUMER_LENGTH
-from changestream.streams.interface import Database
+from changestream.streams.roles import StreamClientDatabase
 
 log = logging.getLogger("changestream.client")
 
@@ -59,7 +59,7 @@ class StreamClient:
 
     def __init__(
         self,
-        db: Database,
+        db: StreamClientDatabase,
         stream: str,
         worker_id: str,
         processor_factory: ProcessorFactory,

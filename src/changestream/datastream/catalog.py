@@ -39,7 +39,7 @@ from changestream.errors import (
     NotFound,
     OutOfRange,
 )
-from changestream.streams.interface import Database
+from changestream.streams.roles import PipelineDatabase
 
 KIND = "datastream"
 PROGRESS_KIND = "datastream.progress"
@@ -83,6 +83,20 @@ class StreamError:
     object: str
     message: str
     retriable: bool
+
+    @staticmethod
+    def of(entry: Mapping[str, builtins.object]) -> StreamError:
+        """The error a stream's log entry records."""
+        time, obj, message = entry.get("time"), entry.get("object"), entry.get("message")
+        retriable = entry.get("retriable")
+        if not (
+            isinstance(time, int)
+            and isinstance(obj, str)
+            and isinstance(message, str)
+            and isinstance(retriable, bool)
+        ):
+            raise FailedPrecondition(f"a stream's error log holds a malformed entry: {entry!r}")
+        return StreamError(time, obj, message, retriable)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -169,7 +183,7 @@ def _count(value: object, what: str) -> int:
 class StreamCatalog:
     """The streams defined in database ``db`` (embedded or remote), with their lifecycle."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: PipelineDatabase) -> None:
         self.db = db
 
     # -- definitions -------------------------------------------------------------------------
@@ -388,10 +402,7 @@ class StreamCatalog:
     def errors(self, name: str, limit: int = 100) -> builtins.list[StreamError]:
         """The stream's last ``limit`` errors, oldest first."""
         self.get(name)
-        return [
-            StreamError(e["time"], e["object"], e["message"], e["retriable"])
-            for e in self.db.system_log(KIND, name, limit)
-        ]
+        return [StreamError.of(e) for e in self.db.system_log(KIND, name, limit)]
 
     # -- progress ----------------------------------------------------------------------------
 

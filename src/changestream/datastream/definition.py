@@ -13,7 +13,7 @@ from typing import Any
 from changestream.clock import format_ts
 from changestream.ddl.schema import ChangeStream, Table
 from changestream.errors import FailedPrecondition, InvalidArgument, NotFound
-from changestream.streams.interface import Database
+from changestream.streams.roles import PipelineDatabase
 
 NAME_PATTERN = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,62}")
 FORMATS = ("json", "avro")
@@ -187,20 +187,20 @@ class StreamDefinition:
         """The definition :meth:`to_dict` gave."""
         return StreamDefinition(**data)
 
-    def validate(self, db: Database) -> list[Table]:
+    def validate(self, db: PipelineDatabase) -> list[Table]:
         """Check the definition against the source ``db``; returns the tables it streams now.
 
         The change stream must exist and give whole new rows; every included and excluded
         table must exist, and included ones must be watched, with all their columns."""
         return self._resolve(db, strict=True)
 
-    def tables(self, db: Database) -> list[Table]:
+    def tables(self, db: PipelineDatabase) -> list[Table]:
         """The tables the stream streams now, by name: those the change stream watches (all of
         them, with a FOR ALL stream), with ``include`` / ``exclude`` applied. Included tables
         that are gone are skipped; the change stream must still exist."""
         return self._resolve(db, strict=False)
 
-    def _change_stream(self, db: Database) -> ChangeStream:
+    def _change_stream(self, db: PipelineDatabase) -> ChangeStream:
         streams = {s.name: s for s in db.change_streams()}
         found = streams.get(self.change_stream)
         if found is None:
@@ -211,7 +211,7 @@ class StreamDefinition:
             )
         return found
 
-    def _resolve(self, db: Database, strict: bool) -> list[Table]:
+    def _resolve(self, db: PipelineDatabase, strict: bool) -> list[Table]:
         change_stream = self._change_stream(db)
         capture = change_stream.value_capture_type
         if strict and capture not in ACCEPTED_CAPTURE_TYPES:

@@ -10,7 +10,7 @@ from typing import Any
 from changestream.datastream.definition import object_name
 from changestream.ddl.schema import ChangeStream, Table
 from changestream.store.sqlite_layout import SYSTEM_PREFIX
-from changestream.streams.interface import Database
+from changestream.streams.roles import PipelineDatabase
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +67,7 @@ class ObjectInfo:
         )
 
 
-def discover(db: Database) -> list[ObjectInfo]:
+def discover(db: PipelineDatabase) -> list[ObjectInfo]:
     """Every user table of ``db`` (embedded or remote) as an object, by table name; the
     engine's own tables and change streams are never listed."""
     streams = [s for s in db.change_streams() if not s.name.startswith(SYSTEM_PREFIX)]

@@ -12,7 +12,7 @@ from pathlib import Path
 from changestream.clock import format_ts, now_us
 from changestream.datastream.definition import ACCEPTED_CAPTURE_TYPES, StreamDefinition
 from changestream.errors import ChangeStreamError, InvalidArgument
-from changestream.streams.interface import Database
+from changestream.streams.roles import PipelineDatabase
 
 #: Rows per second a backfill is assumed to read, for the retention check (a measured local
 #: pipeline backfills faster; the check errs on the side of a warning).
@@ -38,7 +38,7 @@ class Check:
 
 
 def validate_stream(
-    db: Database, definition: StreamDefinition, position: int | None = None
+    db: PipelineDatabase, definition: StreamDefinition, position: int | None = None
 ) -> list[Check]:
     """Every check of ``definition`` against ``db``; ``position`` is where CDC would resume
     (for ``start``/``resume`` of a stream that has read before), checked against retention."""
@@ -134,7 +134,7 @@ def _writable(name: str, directory: str) -> Check:
     return Check(name, CheckStatus.PASSED, f"{path} is writable{made}")
 
 
-def _row_count(db: Database, table: str) -> int:
+def _row_count(db: PipelineDatabase, table: str) -> int:
     quoted = "`" + table.replace("`", "\\`") + "`"
     [[count]] = db.execute_sql(f"SELECT COUNT(*) FROM {quoted}")
     return int(count)

@@ -57,14 +57,12 @@ from changestream.server.wire import (
     record_from_line,
 )
 from changestream.sql.statements import ReadFunctionCall, parse_statement
-from changestream.store.database import SnapshotRead
-from changestream.store.documents import SystemDocument
 from changestream.store.keys import KeyRange
-from changestream.store.leases import Lease, check_consumer
-from changestream.store.policy import Action, SplitPolicy
+from changestream.store.leases import check_consumer
+from changestream.store.models import Action, Lease, SnapshotRead, SplitPolicy, SystemDocument
 from changestream.store.transaction import MutationMethods
-from changestream.streams.database import Partition, ResultSet
 from changestream.streams.interface import Params, WatchSource
+from changestream.streams.models import Partition, ResultSet
 from changestream.streams.records import (
     ChangeRecord,
     ChildPartitionsRecord,
@@ -73,13 +71,14 @@ from changestream.streams.records import (
     googlesql_row,
     postgresql_row,
 )
+from changestream.streams.watch_arguments import WatchCursor
+from changestream.watch.cluster import ClusterChangeStreamCursor
+from changestream.watch.cursor import ChangeStreamCursor
+from changestream.watch.watchable import Stages, WatchableDatabase
 
 if TYPE_CHECKING:
-    from typing_extensions import Unpack
-
     from changestream.datastream.definition import StreamDefinition
-    from changestream.streams.watch_arguments import WatchArguments, WatchCursor
-    from changestream.watch import TableHandle
+    from changestream.streams.watch_arguments import WatchArguments
 
 TOKEN_ENV = "CHANGESTREAM_TOKEN"
 _JSON = {"content-type": "application/json"}
@@ -116,7 +115,7 @@ class _Busy(Exception):
         self.error = error
 
 
-class RemoteDatabase:
+class RemoteDatabase(WatchableDatabase):
     """A change-stream database on a server (see :func:`connect` and the module docs)."""
 
     def __init__(
@@ -534,17 +533,9 @@ class RemoteDatabase:
         reply = self._invoke("watch_source", models.NoBody())
         return WatchSource(reply.stream, reply.database, reply.now)
 
-    def watch(
-        self,
-        pipeline: Sequence[Mapping[str, Any]] | None = None,
-        **arguments: Unpack[WatchArguments],
-    ) -> WatchCursor:
-        """A MongoDB-style cursor over every change, merged here from the remote read
-        function (arguments as for the embedded ``watch``). On a server's root URL it follows
-        every database the server serves (see :mod:`changestream.watch.cluster`)."""
-        from changestream.watch import ChangeStreamCursor  # watch builds on this layer
-        from changestream.watch.cluster import ClusterChangeStreamCursor
-
+    def _open_cursor(self, pipeline: Stages, arguments: WatchArguments) -> WatchCursor:
+        """Merged here from the remote read function. On a server's root URL the cursor
+        follows every database the server serves (see :mod:`changestream.watch.cluster`)."""
         if self._root is not None:
             return ClusterChangeStreamCursor(
                 self.list_database_names, self._database, pipeline, **arguments
@@ -562,12 +553,6 @@ class RemoteDatabase:
         return RemoteDatabase(
             f"{self._root}/{_segment(name)}", token, timeout, reconnect_timeout, verify
         )
-
-    def table(self, name: str) -> TableHandle:
-        """A handle on table ``name``: ``db.table("T").watch()`` watches it alone."""
-        from changestream.watch import TableHandle  # watch builds on this layer
-
-        return TableHandle(self, name)
 
 
 class RemoteTransaction(MutationMethods):

@@ -15,9 +15,9 @@ import sqlite3
 import threading
 from dataclasses import dataclass
 
+from changestream.embedded.database import EmbeddedDatabase
 from changestream.errors import FailedPrecondition, InvalidArgument, NotFound
 from changestream.store.inspection import inspect
-from changestream.streams.database import EmbeddedDatabase
 
 #: A database's name is its file name without ``.db``; names are URL path segments.
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")

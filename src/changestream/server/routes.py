@@ -23,6 +23,7 @@ from starlette.responses import HTMLResponse, Response, StreamingResponse
 from changestream.clock import parse_ts
 from changestream.datastream.catalog import StreamCatalog, StreamInfo
 from changestream.datastream.definition import StreamDefinition
+from changestream.embedded.database import WATCH_STREAM, EmbeddedDatabase, store_of
 from changestream.errors import (
     ChangeStreamError,
     FailedPrecondition,
@@ -51,8 +52,8 @@ from changestream.store.keys import KeyRange
 from changestream.store.leases import Lease
 from changestream.store.policy import SplitPolicy
 from changestream.store.transaction import Transaction
-from changestream.streams.database import WATCH_STREAM, EmbeddedDatabase, Partition
 from changestream.streams.interface import WatchSource
+from changestream.streams.models import Partition
 from changestream.streams.read import ChangeStreamReader, validate
 from changestream.streams.records import ChildPartitionsRecord, HeartbeatRecord
 from changestream.streams.sandbox import SqlSandbox
@@ -417,8 +418,10 @@ async def read_change_stream(
     def open_items(stream: LineStream) -> Iterator[_StreamItem]:
         # EmbeddedDatabase.read_change_stream, but with data records left as stored JSON:
         # decoding and encoding them again would cost the server most of its time.
-        db = state.databases.get(name)
-        return iter(ChangeStreamReader(db, validate(db, stream_name, *args), StoredDataChange))
+        store = store_of(state.databases.get(name))
+        return iter(
+            ChangeStreamReader(store, validate(store, stream_name, *args), StoredDataChange)
+        )
 
     def render(record: _StreamItem) -> bytes:
         entry.records[record.record_type] += 1
@@ -571,7 +574,7 @@ async def watch_source(
     a read token only gets it once it exists: an admin token creates it (once)."""
 
     def work(db: EmbeddedDatabase) -> WatchSource:
-        if WATCH_STREAM not in db.catalog().streams and "admin" not in principal.scopes:
+        if WATCH_STREAM not in store_of(db).catalog().streams and "admin" not in principal.scopes:
             raise PermissionDenied(
                 f"watch() on {db.name!r} needs its change stream {WATCH_STREAM}, which does not "
                 "exist yet; a token with the admin scope creates it by calling watch() once"
@@ -678,7 +681,7 @@ async def metrics(request: Request, state: ServerState, principal: Principal, _:
                 db = state.databases.get(name)
             except ChangeStreamError:  # changed under us since it was listed: leave it out
                 continue
-            for stream in db.catalog().streams:
+            for stream in store_of(db).catalog().streams:
                 counts.append((name, stream, len(db.partitions(stream))))
         return counts
 

@@ -18,10 +18,10 @@ from collections.abc import Callable
 from contextlib import suppress
 from typing import Any, TypeVar
 
+from changestream.embedded.database import EmbeddedDatabase
 from changestream.errors import FailedPrecondition, Unavailable
 from changestream.server.workers import WorkerThreads, settle
 from changestream.store.transaction import Transaction
-from changestream.streams.database import EmbeddedDatabase
 
 T = TypeVar("T")
 Step = Callable[[Transaction], Any]

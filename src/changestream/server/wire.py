@@ -17,8 +17,8 @@ from changestream.clock import format_ts
 from changestream.server.values import decode, encode
 from changestream.store.leases import Lease
 from changestream.store.policy import Action, SplitPolicy
-from changestream.streams.database import Partition
 from changestream.streams.interface import WatchSource
+from changestream.streams.models import Partition
 from changestream.streams.records import (
     ChangeRecord,
     ChildPartition,

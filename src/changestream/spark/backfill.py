@@ -16,7 +16,7 @@ from typing import Any
 from changestream.datastream.codecs import json_encoder, record_decoder
 from changestream.ddl.schema import Table
 from changestream.store.keys import KeyRange
-from changestream.streams.interface import Database
+from changestream.streams.roles import TableStore
 
 Key = tuple[Any, ...]
 
@@ -39,7 +39,7 @@ class Chunk:
         return KeyRange(start_open=self.low, end_closed=self.high or ())
 
 
-def plan_boundaries(db: Database, table: Table, chunk_rows: int) -> list[Key]:
+def plan_boundaries(db: TableStore, table: Table, chunk_rows: int) -> list[Key]:
     """Keys cutting ``table`` into chunks of about ``chunk_rows`` rows (read as keys only)."""
     boundaries: list[Key] = []
     key_range = KeyRange(start_closed=(), end_closed=())

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from changestream.errors import InvalidArgument
+from changestream.streams.lineage import parents_finished
 
 OFFSET_VERSION = 2
 
@@ -125,7 +126,7 @@ def advance(start: Frontier, lineage: Mapping[str, LineageEntry], until: int) ->
                 live.add(token)
         children = sorted({c for token in ended for c in lineage[token].child_tokens} - read)
         todo = [
-            child for child in children if all(p in ended for p in lineage[child].parent_tokens)
+            child for child in children if parents_finished(lineage[child].parent_tokens, ended)
         ]
         for child in todo:
             admitted[child] = lineage[child].start_timestamp

@@ -67,7 +67,7 @@ from changestream.spark.tasks import (
     TaskPlan,
     read_staged,
 )
-from changestream.streams.interface import Database
+from changestream.streams.roles import PipelineDatabase
 
 log = logging.getLogger(__name__)
 
@@ -204,7 +204,7 @@ class SparkPipeline:
         self.options = options or PipelineOptions()
         self._spark = spark
         self._on_status = on_status
-        self.db: Database = changestream.open_path_or_url(database, self.options.token)
+        self.db: PipelineDatabase = changestream.open_path_or_url(database, self.options.token)
         self.catalog = StreamCatalog(self.db)
         self.definition: StreamDefinition = self.catalog.get(name).definition
         self._generation = int(self.catalog.progress(name).detail.get(CDC_GENERATION, 0))
@@ -212,6 +212,10 @@ class SparkPipeline:
         self._merges: dict[str, int] = defaultdict(int)
         self._reported: int | None = None
         self._lag: float | None = None
+        self._last = PipelineStatus(state=StreamState.STARTING.value)
+        self._stop_requested = threading.Event()
+        self._runner: threading.Thread | None = None
+        self._outcome: PipelineStatus | BaseException | None = None
 
     @property
     def checkpoint(self) -> Path:
@@ -240,9 +244,55 @@ class SparkPipeline:
 
     # -- running -------------------------------------------------------------------------
 
+    def start(self) -> SparkPipeline:
+        """Run in a background thread and return at once; follow it with :meth:`status`, end
+        it with :meth:`stop`, or wait for it with :meth:`wait`."""
+        if self._runner is not None:
+            raise FailedPrecondition(f"pipeline {self.name!r} was already started")
+        self._runner = threading.Thread(
+            target=self._run_in_background, name=f"pipeline-{self.name}", daemon=True
+        )
+        self._runner.start()
+        return self
+
+    def status(self) -> PipelineStatus:
+        """The last status polled (state, rows processed, frontier, backfill)."""
+        return self._last
+
+    @property
+    def running(self) -> bool:
+        """Whether a run started with :meth:`start` is still going."""
+        return self._runner is not None and self._runner.is_alive()
+
+    def wait(self, timeout: float | None = None) -> PipelineStatus:
+        """Wait (at most ``timeout`` seconds) for a run started with :meth:`start` to end;
+        returns its last status, or raises its failure (:class:`PipelineFailed`)."""
+        if self._runner is None:
+            raise FailedPrecondition(f"pipeline {self.name!r} was not started")
+        self._runner.join(timeout)
+        if self._runner.is_alive():
+            raise TimeoutError(f"pipeline {self.name!r} still running after {timeout:g}s")
+        if isinstance(self._outcome, BaseException):
+            raise self._outcome
+        assert self._outcome is not None
+        return self._outcome
+
+    def stop(self, timeout: float | None = 120.0) -> PipelineStatus:
+        """Stop between micro-batches, publish what landed, and return the last status (the
+        stream's state is left as it is: ``streams pause`` pauses it)."""
+        self._stop_requested.set()
+        return self.wait(timeout)
+
+    def _run_in_background(self) -> None:
+        try:
+            self._outcome = self.run()
+        except BaseException as exc:  # handed to wait()
+            self._outcome = exc
+
     def run(self) -> PipelineStatus:
-        """Run until the stream is paused, drained, deleted, caught up (``until_caught_up``)
-        or fails; returns the last status. Raises :class:`PipelineFailed` on a failure."""
+        """Run until the stream is paused, drained, deleted, caught up (``until_caught_up``),
+        stopped (:meth:`stop`) or fails; returns the last status. Raises
+        :class:`PipelineFailed` on a failure."""
         self._prepare()
         progress = self.catalog.progress(self.name)
         self._generation = int(progress.detail.get(CDC_GENERATION, 0))
@@ -384,8 +434,11 @@ class SparkPipeline:
                 message = f"Spark failed: {type(exc).__name__}: {str(exc).splitlines()[0]}"
                 self.catalog.fail(self.name, "*", message, True)
                 raise PipelineFailed(f"stream {self.name!r} failed: {message}", False) from exc
+            self._last = status
             if self._on_status is not None:
                 self._on_status(status)
+            if self._stop_requested.is_set():
+                return status
             if stuck:
                 message = (
                     f"a micro-batch made no progress for {self.options.batch_timeout_seconds:g}s"

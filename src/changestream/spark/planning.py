@@ -1,6 +1,6 @@
 """Planning reads on the driver: which partition ranges a batch or micro-batch reads.
 
-Everything goes through the ``Database`` interface (embedded file or server), so a job reads
+Everything goes through the database roles (embedded file or server), so a job reads
 a local file or a remote server alike.
 """
 
@@ -21,8 +21,8 @@ from changestream.spark.frontier import (
     ranges,
 )
 from changestream.spark.options import EARLIEST, LATEST
-from changestream.streams.interface import Database
 from changestream.streams.records import ChildPartitionsRecord, DataChangeRecord
+from changestream.streams.roles import ChangeStreamSource
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ EARLIEST_MARGIN_US = 5_000_000
 
 
 def resolve_position(
-    db: Database, stream: str, position: int | str, fail_on_data_loss: bool
+    db: ChangeStreamSource, stream: str, position: int | str, fail_on_data_loss: bool
 ) -> int:
     """A start position as a timestamp: ``latest`` is now, ``earliest`` the oldest retained
     change (a few seconds inside the retention window, so it is still there when read). A
@@ -76,7 +76,7 @@ def resolve_position(
     return start
 
 
-def live_tokens(db: Database, stream: str, at: int) -> list[str]:
+def live_tokens(db: ChangeStreamSource, stream: str, at: int) -> list[str]:
     """The partitions live at ``at``, by the read function's initial query (which returns
     only once no commit at or below ``at`` can still appear)."""
     tokens: list[str] = []
@@ -86,12 +86,12 @@ def live_tokens(db: Database, stream: str, at: int) -> list[str]:
     return tokens
 
 
-def lineage(db: Database, stream: str) -> dict[str, LineageEntry]:
+def lineage(db: ChangeStreamSource, stream: str) -> dict[str, LineageEntry]:
     """Every partition of ``stream`` still within retention, by token."""
     return {p.token: p for p in db.partition_history(stream)}
 
 
-def batch_ranges(db: Database, stream: str, start: int, end: int) -> list[ReadRange]:
+def batch_ranges(db: ChangeStreamSource, stream: str, start: int, end: int) -> list[ReadRange]:
     """Every partition range holding records of ``stream`` committed in ``[start, end]``:
     the partitions live at ``start`` and, following the lineage, their descendants."""
     roots = live_tokens(db, stream, start)
@@ -141,7 +141,7 @@ def group(reads: Sequence[ReadRange], groups: int) -> list[list[ReadRange]]:
 
 
 def read_records(
-    db: Database, stream: str, read: ReadRange
+    db: ChangeStreamSource, stream: str, read: ReadRange
 ) -> Generator[DataChangeRecord, None, None]:
     """The data change records of one range, in commit order."""
     for record in db.read_change_stream(stream, read.start, read.end, read.token):
@@ -164,7 +164,7 @@ def _rows(
 
 
 def next_frontier(
-    db: Database,
+    db: ChangeStreamSource,
     stream: str,
     start: Frontier,
     until: int,

@@ -49,7 +49,7 @@ from changestream.spark.planning import (
     resolve_position,
 )
 from changestream.spark.rows import range_batch, record_batches, spark_schema
-from changestream.streams.interface import Database
+from changestream.streams.roles import ChangeStreamSource
 
 
 class ChangeStreamDataSource(DataSource):
@@ -135,7 +135,7 @@ def _unavailable_source(problem: str) -> type[DataSource]:
     return ChangeStreamUnavailable
 
 
-def _open(options: SourceOptions) -> Database:
+def _open(options: SourceOptions) -> ChangeStreamSource:
     return changestream.open_path_or_url(options.database, options.token)
 
 
@@ -206,7 +206,7 @@ class ChangeStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
 
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
-        self._db: Database | None = None
+        self._db: ChangeStreamSource | None = None
         self._target: int | None = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -218,7 +218,7 @@ class ChangeStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
         live_tokens(self._database(), self.options.stream, target)  # once ``target`` is safe
         self._target = target
 
-    def _database(self) -> Database:
+    def _database(self) -> ChangeStreamSource:
         if self._db is None:
             self._db = _open(self.options)
         return self._db

@@ -35,8 +35,8 @@ from changestream.spark.frontier import ReadRange
 from changestream.spark.history import HistoryReplica
 from changestream.spark.planning import read_records
 from changestream.spark.replica import DeltaReplica
-from changestream.streams.interface import Database
 from changestream.streams.records import DataChangeRecord
+from changestream.streams.roles import PipelineDatabase
 
 #: What a task reports per file: ``kind`` is ``events`` (a segment), ``replica`` (a staged
 #: MERGE source) or ``chunk`` (a finished backfill chunk: ``seq`` its index, ``read_timestamp``
@@ -138,7 +138,7 @@ _EVENTS_PER_CHUNK: Final = 8192
 
 
 def range_events(
-    plan: TaskPlan, db: Database, change_stream: str, read: ReadRange
+    plan: TaskPlan, db: PipelineDatabase, change_stream: str, read: ReadRange
 ) -> Iterator[list[Event]]:
     """The events of the plan's tables in one partition range, in commit order, a chunk at a
     time. Their read timestamp is the range's end, so a replay produces the same events."""

@@ -33,6 +33,7 @@ from changestream.store.codec import RowCodec
 from changestream.store.connections import ConnectionPool, translate_busy
 from changestream.store.keys import KeyRange, encode_key, quote, table_prefix
 from changestream.store.load import forget_before
+from changestream.store.models import SnapshotRead as SnapshotRead
 from changestream.store.policy import Action, SplitPolicy, load_policy, save_policy
 from changestream.store.rebalancer import Rebalancer
 from changestream.store.rows import check_columns, key_condition, restore_nans, storage_key
@@ -45,15 +46,6 @@ from changestream.values import shown
 _GC_INTERVAL_US = 60_000_000
 #: Rows a snapshot read returns at most per call (page with ``limit`` and a KeyRange).
 MAX_SNAPSHOT_ROWS = 1_000_000
-
-
-@dataclass(frozen=True, slots=True)
-class SnapshotRead:
-    """Rows read in one consistent snapshot, and the commit timestamp of that snapshot: every
-    commit at or before ``read_timestamp`` (microseconds) is reflected, none after it."""
-
-    rows: list[tuple[Any, ...]]
-    read_timestamp: int
 
 
 @dataclass(slots=True)

@@ -13,12 +13,12 @@ from __future__ import annotations
 import math
 import sqlite3
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from changestream.errors import AlreadyExists, FailedPrecondition, InvalidArgument
+from changestream.store.models import SystemDocument as SystemDocument
 
 if TYPE_CHECKING:
     from changestream.store.database import Store
@@ -26,15 +26,6 @@ if TYPE_CHECKING:
 MAX_KEY_LENGTH = 256
 #: Log entries returned at most per call.
 MAX_LOG_LIMIT = 10_000
-
-
-@dataclass(frozen=True, slots=True)
-class SystemDocument:
-    """One stored document: ``version`` starts at 1 and grows by one with every write."""
-
-    name: str
-    version: int
-    body: dict[str, Any]
 
 
 def check_key(value: object, what: str) -> str:

@@ -9,12 +9,13 @@ counter is the optimistic lock, so two writers can never both succeed from the s
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from changestream.errors import InvalidArgument
+from changestream.store.models import Lease as Lease
 
 if TYPE_CHECKING:
     from changestream.store.database import Store
@@ -25,40 +26,6 @@ _COLUMNS = (
     "StatusType, StatusValue, Checkpoint, LeaseCounter, LeaseOwner, LeaseStealer,"
     " ParentShardIds, StartTimestamp"
 )
-
-
-@dataclass(frozen=True, slots=True)
-class Lease:
-    """One row of a consumer group's lease table, with the seed's columns.
-
-    ``status_type`` / ``status_value`` form the key (for a partition's lease: a kind and
-    the partition token). ``checkpoint`` is the consumer's progress as opaque text,
-    ``lease_counter`` the optimistic lock, ``lease_owner`` the worker holding the lease,
-    ``lease_stealer`` the worker it is being handed to, ``parent_shard_ids`` the partitions
-    that must finish first, and ``start_timestamp`` where reading begins (microseconds).
-    """
-
-    status_type: str
-    status_value: str
-    checkpoint: str = ""
-    lease_counter: int = 0
-    lease_owner: str | None = None
-    lease_stealer: str | None = None
-    parent_shard_ids: tuple[str, ...] = ()
-    start_timestamp: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        """The row with the seed's column names."""
-        return {
-            "StatusType": self.status_type,
-            "StatusValue": self.status_value,
-            "Checkpoint": self.checkpoint,
-            "LeaseCounter": self.lease_counter,
-            "LeaseOwner": self.lease_owner,
-            "LeaseStealer": self.lease_stealer,
-            "ParentShardIds": list(self.parent_shard_ids),
-            "StartTimestamp": self.start_timestamp,
-        }
 
 
 def _row_to_lease(row: tuple[Any, ...]) -> Lease:

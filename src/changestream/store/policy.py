@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import sqlite3
 from collections.abc import Mapping
@@ -12,71 +11,11 @@ from typing import Any
 import orjson
 
 from changestream.ddl.schema import Table
-from changestream.errors import InvalidArgument
 from changestream.store.keys import decode_key, encode_key, quote, table_range
 from changestream.store.load import load_weighted_key, write_rates
+from changestream.store.models import Action as Action
+from changestream.store.models import SplitPolicy as SplitPolicy
 from changestream.store.splits import Split
-
-
-@dataclass(frozen=True, slots=True)
-class SplitPolicy:
-    """Thresholds for automatic splitting and merging; every process of a database shares one.
-
-    A split splits when it holds more than ``max_rows`` rows (at the median key by rows) or
-    takes more than ``max_write_rate`` mods/s over the last ``window_seconds`` (at the
-    load-weighted median of the keys written). Two adjacent splits merge when together they
-    hold at most ``merge_max_rows`` rows and take at most ``merge_max_write_rate`` mods/s.
-    No split younger than ``min_lifetime_seconds`` splits or merges, so partitions do not
-    flap. The policy runs every ``check_interval_seconds`` in one writing process.
-    """
-
-    enabled: bool = True
-    max_rows: int = 100_000
-    max_write_rate: float = 2_000.0
-    window_seconds: float = 10.0
-    merge_max_rows: int = 10_000
-    merge_max_write_rate: float = 50.0
-    min_lifetime_seconds: float = 30.0
-    check_interval_seconds: float = 5.0
-
-    def __post_init__(self) -> None:
-        for field in dataclasses.fields(self):
-            value = getattr(self, field.name)
-            if field.name == "enabled":
-                if not isinstance(value, bool):
-                    raise InvalidArgument(f"enabled must be true or false, got {value!r}")
-                continue
-            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-                raise InvalidArgument(f"{field.name} must be a non-negative number, got {value!r}")
-        if self.window_seconds < 1 or self.check_interval_seconds < 0.05:
-            raise InvalidArgument(
-                "window_seconds must be at least 1 and check_interval_seconds at least 0.05, "
-                f"got {self.window_seconds} and {self.check_interval_seconds}"
-            )
-        if self.merge_max_rows > self.max_rows // 2:
-            raise InvalidArgument(
-                f"merge_max_rows ({self.merge_max_rows}) must be at most half of max_rows "
-                f"({self.max_rows}), or merged splits would split again at once"
-            )
-        if self.merge_max_write_rate > self.max_write_rate / 2:
-            raise InvalidArgument(
-                f"merge_max_write_rate ({self.merge_max_write_rate}) must be at most half of "
-                f"max_write_rate ({self.max_write_rate}), or merged splits would split again"
-            )
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    def replace(self, **changes: Any) -> SplitPolicy:
-        """A copy with ``changes``; unknown names are an error listing the known ones."""
-        known = {f.name for f in dataclasses.fields(self)}
-        unknown = sorted(set(changes) - known)
-        if unknown:
-            raise InvalidArgument(
-                f"unknown split policy setting(s) {', '.join(unknown)}; "
-                f"known: {', '.join(sorted(known))}"
-            )
-        return dataclasses.replace(self, **changes)
 
 
 def load_policy(conn: sqlite3.Connection) -> SplitPolicy:
@@ -177,15 +116,6 @@ def measure(
         SplitStats(s, sum(_rows_by_table(conn, s, tables).values()), rates.get(s.split_id, 0.0))
         for s in live
     ]
-
-
-@dataclass(frozen=True, slots=True)
-class Action:
-    """A planned split (``merge`` False) or merge at ``boundary``, and why."""
-
-    merge: bool
-    boundary: bytes
-    reason: str
 
 
 def plan(

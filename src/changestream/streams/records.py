@@ -76,6 +76,11 @@ class DataChangeRecord(_JsonRecord):
 
     record_type = "data_change_record"
 
+    @property
+    def timestamp(self) -> int:
+        """The commit timestamp, in microseconds."""
+        return self.commit_timestamp
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "commit_timestamp": format_ts(self.commit_timestamp),
@@ -134,7 +139,10 @@ class DataChangeRecord(_JsonRecord):
 @dataclass(frozen=True, slots=True)
 class HeartbeatRecord(_JsonRecord):
     """Every record of the partition with a commit timestamp at or below ``timestamp`` was
-    returned, and no later record will have one."""
+    returned, and no later record will have one.
+
+    Every record has ``timestamp`` (microseconds): a data change's commit timestamp, a
+    heartbeat's timestamp, a child partitions record's start timestamp."""
 
     timestamp: int
     partition_token: str = ""
@@ -166,6 +174,11 @@ class ChildPartitionsRecord(_JsonRecord):
     partition_token: str = ""
 
     record_type = "child_partitions_record"
+
+    @property
+    def timestamp(self) -> int:
+        """When the children start (``start_timestamp``), in microseconds."""
+        return self.start_timestamp
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -4,8 +4,11 @@ keyword (:mod:`changestream.watch.options` checks them), and returns a :class:`W
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from typing import Any, Protocol, TypedDict, runtime_checkable
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict, runtime_checkable
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 
 class WatchArguments(TypedDict, total=False):
@@ -58,3 +61,16 @@ class WatchCursor(Protocol):
     def close(self) -> None: ...
     def __enter__(self) -> WatchCursor: ...
     def __exit__(self, *exc: object) -> None: ...
+
+
+@runtime_checkable
+class TableWatcher(Protocol):
+    """What ``db.table(name)`` returns: a handle whose ``watch()`` follows that table alone."""
+
+    name: str
+
+    def watch(
+        self,
+        pipeline: Sequence[Mapping[str, object]] | None = None,
+        **arguments: Unpack[WatchArguments],
+    ) -> WatchCursor: ...

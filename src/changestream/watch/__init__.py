@@ -8,6 +8,6 @@ the cursor.
 
 from changestream.watch.cluster_time import ClusterTime
 from changestream.watch.cursor import ChangeStreamCursor
-from changestream.watch.table import TableHandle
+from changestream.watch.watchable import TableHandle, Watchable, WatchableDatabase
 
-__all__ = ["ChangeStreamCursor", "ClusterTime", "TableHandle"]
+__all__ = ["ChangeStreamCursor", "ClusterTime", "TableHandle", "Watchable", "WatchableDatabase"]

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from changestream.errors import InvalidArgument, InvalidToken, reported
-from changestream.streams.interface import Database
+from changestream.streams.roles import WatchedDatabase
 from changestream.watch.cursor import ChangeStreamCursor
 from changestream.watch.events import Document
 from changestream.watch.iteration import CursorIteration
@@ -98,7 +98,7 @@ class ClusterChangeStreamCursor(CursorIteration):
     def __init__(
         self,
         list_names: Callable[[], Sequence[str]],
-        open_database: Callable[[str], Database],
+        open_database: Callable[[str], WatchedDatabase],
         pipeline: Sequence[Mapping[str, Any]] | None = None,
         **arguments: Unpack[WatchArguments],
     ) -> None:
@@ -132,7 +132,7 @@ class ClusterChangeStreamCursor(CursorIteration):
         start = options.start_at
         if self._resume is not None:
             start = self._resume.token.commit_ts
-        self._databases: dict[str, Database] = {}
+        self._databases: dict[str, WatchedDatabase] = {}
         self._cursors: dict[str, ChangeStreamCursor] = {}
         self._heads: dict[str, Document] = {}
         self._token = self._resume or ClusterToken("", ResumeToken(start or 0))

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from changestream.clock import format_ts
 from changestream.errors import InvalidArgument, OutOfRange, reported
-from changestream.streams.interface import Database
 from changestream.streams.records import DataChangeRecord
+from changestream.streams.roles import WatchedDatabase
 from changestream.watch.events import INVALIDATING, Document, Event, EventBuilder
 from changestream.watch.iteration import CursorIteration
 from changestream.watch.merge import PartitionMerge, SortKey
@@ -42,7 +42,7 @@ class ChangeStreamCursor(CursorIteration):
 
     def __init__(
         self,
-        db: Database,
+        db: WatchedDatabase,
         table: str | None = None,
         pipeline: Sequence[Mapping[str, Any]] | None = None,
         **arguments: Unpack[WatchArguments],

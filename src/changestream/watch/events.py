@@ -27,8 +27,8 @@ from typing import Any
 
 from changestream.clock import to_datetime
 from changestream.errors import InvalidArgument, NotFound
-from changestream.streams.interface import Database
 from changestream.streams.records import DataChangeRecord, Mod
+from changestream.streams.roles import TableStore
 from changestream.types import ColumnType, from_sqlite, json_to_sqlite, to_json_value
 from changestream.watch.cluster_time import ClusterTime
 from changestream.watch.options import WatchOptions
@@ -95,7 +95,7 @@ class _DroppedColumns:
 class EventBuilder:
     """Turns records into events for one cursor's options."""
 
-    def __init__(self, db: Database, database: str, options: WatchOptions) -> None:
+    def __init__(self, db: TableStore, database: str, options: WatchOptions) -> None:
         self._db = db
         self._database = database
         self._full_document = options.full_document

@@ -40,13 +40,14 @@ from collections import deque
 from contextlib import suppress
 
 from changestream.errors import FailedPrecondition
-from changestream.streams.interface import Database
+from changestream.streams.lineage import parents_finished
 from changestream.streams.records import (
     ChangeRecord,
     ChildPartitionsRecord,
     DataChangeRecord,
     HeartbeatRecord,
 )
+from changestream.streams.roles import ChangeStreamSource
 from changestream.watch.readers import READERS
 
 #: The heartbeat interval readers ask for: the read function's minimum.
@@ -93,11 +94,11 @@ class _Partition:
         "token",
     )
 
-    def __init__(self, token: str, start: int, parents: set[str], number: int) -> None:
+    def __init__(self, token: str, start: int, parents: tuple[str, ...], number: int) -> None:
         self.token = token
         self.start = start
         self.number = number
-        #: Parents that have not ended yet; the partition is read once this is empty.
+        #: Its parents: it is read once every one of them has ended.
         self.parents = parents
         #: (sort key, record, whether the reader counted it in ``sent``), in key order.
         self.buffer: deque[tuple[SortKey, DataChangeRecord, bool]] = deque()
@@ -123,7 +124,7 @@ class PartitionMerge:
     handed out, so a slow consumer holds memory steady rather than the readers running away.
     """
 
-    def __init__(self, db: Database, stream: str, start: int, read_ahead: int) -> None:
+    def __init__(self, db: ChangeStreamSource, stream: str, start: int, read_ahead: int) -> None:
         self._db = db
         self._stream = stream
         self._read_ahead = read_ahead
@@ -142,7 +143,7 @@ class PartitionMerge:
         (initial,) = list(db.read_change_stream(stream, start, None, None, HEARTBEAT_MS))
         assert isinstance(initial, ChildPartitionsRecord)
         for child in initial.child_partitions:
-            self._start(self._add(child.token, start, set()))
+            self._start(self._add(child.token, start, ()))
 
     # -- the merge ---------------------------------------------------------------------------
 
@@ -253,7 +254,7 @@ class PartitionMerge:
 
     # -- partitions and their readers -------------------------------------------------------
 
-    def _add(self, token: str, start: int, parents: set[str]) -> _Partition:
+    def _add(self, token: str, start: int, parents: tuple[str, ...]) -> _Partition:
         part = _Partition(token, start, parents, next(self._numbers))
         self._partitions[token] = part
         self._bound = min(self._bound, part.floor)
@@ -339,8 +340,8 @@ class PartitionMerge:
                 continue
             found = self._partitions.get(child.token)
             if found is None:
-                parents = {t for t in child.parent_partition_tokens if t not in self._finished}
-                found = self._add(child.token, record.start_timestamp, parents)
-            found.parents.discard(part.token)
-            if not found.parents and not found.reading:
+                found = self._add(
+                    child.token, record.start_timestamp, child.parent_partition_tokens
+                )
+            if parents_finished(found.parents, self._finished) and not found.reading:
                 self._start(found)
