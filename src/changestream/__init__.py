@@ -50,6 +50,11 @@ from changestream.watch import ChangeStreamCursor, ClusterTime
 if TYPE_CHECKING:
     from changestream.server.client import RemoteDatabase
 
+    def _both_databases_have_every_role(
+        embedded: EmbeddedDatabase, remote: RemoteDatabase
+    ) -> tuple[Database, Database]:
+        return embedded, remote  # mypy checks both against every role's signatures
+
 __version__ = "0.1.0"
 
 
