@@ -22,7 +22,7 @@ from changestream import (
 )
 from changestream.clock import parse_ts
 from changestream.embedded.database import store_of
-from changestream.server.client import RemoteDatabase
+from changestream.remote import RemoteDatabase
 from tests.conftest import ACCOUNT_BALANCE, FixedClock
 
 SINGERS = (

@@ -12,7 +12,7 @@ import pytest
 
 import changestream
 from changestream.embedded import store_of
-from changestream.server.client import RemoteDatabase
+from changestream.remote import RemoteDatabase
 from changestream.streams import roles
 
 ROLES = [

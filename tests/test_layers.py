@@ -27,10 +27,15 @@ ALLOWED: dict[str, set[str]] = {
     "client": _BASE | {"ddl", "sql", "store", "streams"},
     "watch": _BASE | {"ddl", "sql", "store", "streams"},
     "embedded": _BASE | {"ddl", "sql", "store", "streams", "watch"},
+    "wire": _BASE | {"ddl", "sql", "store", "streams"},
+    # The remote client offers the stream resources (datastream's definitions, for typing).
+    "remote": _BASE | {"ddl", "sql", "store", "streams", "watch", "wire", "datastream"},
     "datastream": _BASE | {"ddl", "sql", "store", "streams"},
     "spark": _BASE | {"ddl", "sql", "store", "streams", "datastream"},
+    # ``server`` still hands out the remote client under its old names (deprecated).
     "server": _BASE
-    | {"ddl", "sql", "store", "streams", "watch", "datastream", "client", "embedded"},
+    | {"ddl", "sql", "store", "streams", "watch", "datastream", "client", "embedded", "wire"}
+    | {"remote"},
     "cli": {"*"},
     "__init__": {"*"},
     "__main__": {"*"},

@@ -35,7 +35,7 @@ from changestream.errors import (
     NotFound,
 )
 from changestream.server import Databases, NoAuth, create_app, serve_in_thread
-from changestream.server.values import decode, encode
+from changestream.wire.values import decode, encode
 from tests.conftest import ACCOUNT_BALANCE
 from tests.server_support import EXPECTED_SCOPES, response_validator, serving
 

@@ -48,12 +48,13 @@ from changestream.types import COMMIT_TIMESTAMP
 from changestream.watch import ChangeStreamCursor, ClusterTime
 
 if TYPE_CHECKING:
-    from changestream.server.client import RemoteDatabase
+    from changestream.remote import RemoteDatabase
 
     def _both_databases_have_every_role(
         embedded: EmbeddedDatabase, remote: RemoteDatabase
     ) -> tuple[Database, Database]:
         return embedded, remote  # mypy checks both against every role's signatures
+
 
 __version__ = "0.1.0"
 
@@ -94,7 +95,7 @@ def connect(
     (or the path of a CA bundle to trust).
     """
     with needs("client", "connect(url)"):
-        from changestream.server.client import connect as remote
+        from changestream.remote import connect as remote
 
     return remote(url, token, timeout=timeout, reconnect_timeout=reconnect_timeout, verify=verify)
 

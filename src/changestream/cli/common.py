@@ -14,7 +14,7 @@ import changestream
 from changestream.clock import format_ts, parse_ts
 
 if TYPE_CHECKING:
-    from changestream.server.client import RemoteDatabase
+    from changestream.remote import RemoteDatabase
 
 
 #: Where the group's ``--token`` option leaves the token for :func:`open_database`.

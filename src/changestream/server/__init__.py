@@ -1,13 +1,12 @@
-"""The changestream server: the Database interface over HTTP, and ``connect(url)``.
+"""The changestream server: the Database interface over HTTP.
 
-``changestream serve PATH_OR_DIR`` runs :func:`create_app` on uvicorn; :func:`connect` returns a
-:class:`RemoteDatabase` with the embedded database's interface. The modules: ``app`` and
-``routes`` (the ASGI application), ``api`` (every endpoint declared once) and ``models``
-(its typed bodies), ``auth`` (tokens and scopes), ``databases`` (which files are served),
-``statuses`` (errors to HTTP statuses), ``streaming`` and ``workers`` (NDJSON responses fed
-by engine threads), ``sessions`` (transactions with DML), ``values`` and ``wire`` (the JSON
-encodings), ``metrics``, ``openapi`` (the generated document and Swagger UI), ``serve``
-(uvicorn) and ``client``.
+``changestream serve PATH_OR_DIR`` runs :func:`create_app` on uvicorn. The modules: ``app``
+and ``routes`` (the ASGI application), ``auth`` (tokens and scopes), ``databases`` (which
+files are served), ``statuses`` (errors to HTTP statuses), ``streaming`` and ``workers``
+(NDJSON responses fed by engine threads), ``sessions`` (transactions with DML), ``metrics``,
+``openapi`` (the generated document and Swagger UI) and ``serve`` (uvicorn). The endpoints,
+their bodies and the JSON encodings are :mod:`changestream.wire`'s, shared with the client
+(:mod:`changestream.remote`, also reachable here as before).
 
 The names below are imported when first used, so the client (the ``client`` extra: httpx and
 msgspec) and ``token create`` (no extra) work without the server's own dependencies.
@@ -19,14 +18,14 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from changestream.remote import RemoteDatabase as RemoteDatabase
+    from changestream.remote import RemoteTransaction as RemoteTransaction
+    from changestream.remote import connect as connect
     from changestream.server.app import ServerConfig as ServerConfig
     from changestream.server.app import create_app as create_app
     from changestream.server.auth import NoAuth as NoAuth
     from changestream.server.auth import TokenFile as TokenFile
     from changestream.server.auth import create_token as create_token
-    from changestream.server.client import RemoteDatabase as RemoteDatabase
-    from changestream.server.client import RemoteTransaction as RemoteTransaction
-    from changestream.server.client import connect as connect
     from changestream.server.databases import Databases as Databases
     from changestream.server.serve import RunningServer as RunningServer
     from changestream.server.serve import make_server as make_server
@@ -36,12 +35,12 @@ if TYPE_CHECKING:
 _HOMES = {
     "Databases": "databases",
     "NoAuth": "auth",
-    "RemoteDatabase": "client",
-    "RemoteTransaction": "client",
+    "RemoteDatabase": "changestream.remote",
+    "RemoteTransaction": "changestream.remote",
     "RunningServer": "serve",
     "ServerConfig": "app",
     "TokenFile": "auth",
-    "connect": "client",
+    "connect": "changestream.remote",
     "create_app": "app",
     "create_token": "auth",
     "make_server": "serve",
@@ -54,4 +53,5 @@ def __getattr__(name: str) -> Any:
     home = _HOMES.get(name)
     if home is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    module = home if home.startswith("changestream.") else f"{__name__}.{home}"
+    return getattr(importlib.import_module(module), name)

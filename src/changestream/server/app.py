@@ -20,16 +20,16 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from changestream import errors
-from changestream.server.api import ENDPOINTS, Endpoint
 from changestream.server.auth import ANONYMOUS, Principal
 from changestream.server.databases import Databases
 from changestream.server.metrics import Metrics
-from changestream.server.models import Request as RequestModel
 from changestream.server.sessions import Sessions
 from changestream.server.statuses import RequestTooLarge, http_status
 from changestream.server.streaming import LineStream
-from changestream.server.wire import error_to_json
 from changestream.server.workers import WorkerThreads
+from changestream.wire.api import ENDPOINTS, Endpoint
+from changestream.wire.models import Request as RequestModel
+from changestream.wire.records import error_to_json
 
 _log = logging.getLogger(__name__)
 

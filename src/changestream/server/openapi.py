@@ -14,7 +14,7 @@ import msgspec
 import swagger_ui
 
 import changestream
-from changestream.server import api, models
+from changestream.wire import api, models
 
 #: Swagger UI's files, served under ``/docs/static``.
 SWAGGER_UI_STATIC = os.path.join(os.path.dirname(swagger_ui.__file__), "static")

@@ -2,7 +2,7 @@
 database.
 
 A handler gets the request body already validated into its declared model; values in the
-typed encoding of :mod:`changestream.server.values` are decoded here, and the engine checks
+typed encoding of :mod:`changestream.wire.values` are decoded here, and the engine checks
 them exactly as it does for embedded callers (same errors, same messages). Every engine call
 runs on a worker thread.
 """
@@ -32,22 +32,11 @@ from changestream.errors import (
     ResourceExhausted,
     Unavailable,
 )
-from changestream.server import api, models
 from changestream.server.app import Handler, JSONResponse, ServerState
 from changestream.server.auth import ANONYMOUS, Principal
 from changestream.server.metrics import CONTENT_TYPE, OpenStream
 from changestream.server.openapi import DOCS_HTML, openapi_document
 from changestream.server.streaming import LineStream, start_stream
-from changestream.server.values import decode, encode
-from changestream.server.wire import (
-    StoredDataChange,
-    action_to_json,
-    lease_from_json,
-    partition_to_json,
-    policy_from_json,
-    record_line,
-    watch_source_to_json,
-)
 from changestream.store.keys import KeyRange
 from changestream.store.leases import Lease
 from changestream.store.policy import SplitPolicy
@@ -57,6 +46,17 @@ from changestream.streams.models import Partition
 from changestream.streams.read import ChangeStreamReader, validate
 from changestream.streams.records import ChildPartitionsRecord, HeartbeatRecord
 from changestream.streams.sandbox import SqlSandbox
+from changestream.wire import api, models
+from changestream.wire.records import (
+    StoredDataChange,
+    action_to_json,
+    lease_from_json,
+    partition_to_json,
+    policy_from_json,
+    record_line,
+    watch_source_to_json,
+)
+from changestream.wire.values import decode, encode
 
 NDJSON = "application/x-ndjson"
 _StreamItem = StoredDataChange | HeartbeatRecord | ChildPartitionsRecord

@@ -19,8 +19,8 @@ from typing import Any, TypeVar
 import orjson
 
 from changestream.errors import ChangeStreamError
-from changestream.server.wire import error_to_json
 from changestream.server.workers import WorkerThreads, settle
+from changestream.wire.records import error_to_json
 
 _log = logging.getLogger(__name__)
 

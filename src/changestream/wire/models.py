@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from changestream.store.leases import Lease
+from changestream.store.models import Lease
 
 
 class Model(msgspec.Struct, kw_only=True, omit_defaults=True):

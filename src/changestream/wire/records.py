@@ -14,10 +14,7 @@ import orjson
 
 from changestream import errors
 from changestream.clock import format_ts
-from changestream.server.values import decode, encode
-from changestream.store.leases import Lease
-from changestream.store.policy import Action, SplitPolicy
-from changestream.streams.interface import WatchSource
+from changestream.store.models import Action, Lease, SplitPolicy
 from changestream.streams.models import Partition
 from changestream.streams.records import (
     ChangeRecord,
@@ -26,6 +23,8 @@ from changestream.streams.records import (
     DataChangeRecord,
     HeartbeatRecord,
 )
+from changestream.streams.roles import WatchSource
+from changestream.wire.values import decode, encode
 
 # -- change records ---------------------------------------------------------------------------
 

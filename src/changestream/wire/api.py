@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from changestream.server.models import (
+from changestream.wire.models import (
     Actions,
     AppendLogRequest,
     ChangeStreams,
