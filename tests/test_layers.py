@@ -9,7 +9,7 @@ from pathlib import Path
 SOURCE = Path(__file__).resolve().parent.parent / "src" / "changestream"
 
 #: The bottom: standard library (and each other's errors) only.
-_BASE = {"errors", "values", "clock", "types", "extras", "deprecation", "retry"}
+_BASE = {"errors", "values", "clock", "types", "extras", "deprecation", "retry", "threads"}
 #: What each package may import (besides itself), from DESIGN.md's layer table. ``store``
 #: reads DML through ``sql``; ``server`` serves the consumers above ``streams``.
 ALLOWED: dict[str, set[str]] = {
@@ -20,6 +20,7 @@ ALLOWED: dict[str, set[str]] = {
     "extras": {"errors"},
     "deprecation": set(),
     "retry": set(),
+    "threads": set(),
     "ddl": _BASE,
     "sql": _BASE | {"ddl"},
     "store": _BASE | {"ddl", "sql"},

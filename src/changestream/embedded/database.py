@@ -36,7 +36,8 @@ from changestream.streams.capture import ChangeCapture
 from changestream.streams.interface import WatchSource
 from changestream.streams.models import Params, Partition, ResultSet, Timestamp
 from changestream.streams.read import ChangeStreamReader, validate
-from changestream.streams.records import ChangeRecord, googlesql_row, postgresql_row
+from changestream.streams.read_function_rows import read_function_rows
+from changestream.streams.records import ChangeRecord
 from changestream.streams.sandbox import SqlSandbox, run_select
 from changestream.watch.watchable import WatchableDatabase
 
@@ -294,17 +295,7 @@ class EmbeddedDatabase(WatchableDatabase):
             sql, params, limits=self._store.sql_limits, column_types=self._store.column_type
         )
         if isinstance(statement, ReadFunctionCall):
-            records = self.read_change_stream(
-                statement.stream,
-                statement.start_timestamp,
-                statement.end_timestamp,
-                statement.partition_token,
-                statement.heartbeat_milliseconds,
-                statement.read_options,
-            )
-            if statement.dialect == "postgresql":
-                return ResultSet(["read_json_" + statement.stream], map(postgresql_row, records))
-            return ResultSet(["ChangeRecord"], map(googlesql_row, records))
+            return read_function_rows(self, statement)
         if isinstance(statement, DmlStatement):
             raise InvalidArgument(
                 "execute_sql does not change data; run DML with tx.execute_update() inside "

@@ -45,13 +45,12 @@ from changestream.store.keys import KeyRange
 from changestream.store.leases import check_consumer
 from changestream.store.models import Action, SnapshotRead, SplitPolicy, SystemDocument
 from changestream.streams.models import Params, Partition, ResultSet
+from changestream.streams.read_function_rows import read_function_rows
 from changestream.streams.records import (
     ChangeRecord,
     ChildPartitionsRecord,
     DataChangeRecord,
     HeartbeatRecord,
-    googlesql_row,
-    postgresql_row,
 )
 from changestream.streams.roles import WatchSource
 from changestream.streams.watch_arguments import WatchCursor
@@ -245,17 +244,7 @@ class RemoteDatabase(WatchableDatabase):
         :meth:`read_change_stream`)."""
         statement = parse_statement(sql, params)
         if isinstance(statement, ReadFunctionCall):
-            records = self.read_change_stream(
-                statement.stream,
-                statement.start_timestamp,
-                statement.end_timestamp,
-                statement.partition_token,
-                statement.heartbeat_milliseconds,
-                statement.read_options,
-            )
-            if statement.dialect == "postgresql":
-                return ResultSet(["read_json_" + statement.stream], map(postgresql_row, records))
-            return ResultSet(["ChangeRecord"], map(googlesql_row, records))
+            return read_function_rows(self, statement)
         body = models.SqlRequest(sql=sql, params=encode(params))
         response = self._http.open_stream("sql", body, reconnect=False)
         lines = http.lines(response)

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 from changestream.clock import to_datetime
 from changestream.errors import (
     ChangeStreamError,
-    FailedPrecondition,
     InvalidArgument,
 )
 from changestream.store.keys import KeyRange
@@ -48,21 +47,6 @@ class RemoteTransaction(MutationMethods):
         self._done = False
         #: The commit timestamp, set by a successful commit.
         self.commit_timestamp: dt.datetime | None = None
-
-    def __enter__(self) -> RemoteTransaction:
-        return self
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if self._done:
-            return
-        if exc_type is None:
-            self.commit()
-        else:
-            self.rollback()
-
-    def _check_open(self) -> None:
-        if self._done:
-            raise FailedPrecondition("the transaction has already committed or rolled back")
 
     def _buffer(self, op: str, table: str, columns: Sequence[str], values: Any) -> None:
         self._check_open()

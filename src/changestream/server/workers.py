@@ -1,54 +1,25 @@
-"""Threads that run the engine's blocking calls for the event loop.
-
-The engine gives each thread its own SQLite connection and keeps it until the database is
-closed, so threads must be reused rather than made per request: this pool keeps every thread
-it starts and hands it the next job, so the server holds as many connections as it ever ran
-blocking calls at once. Threads are daemons: a stream blocked in a long heartbeat wait never
-keeps the process from exiting after shutdown.
-"""
+"""Threads that run the engine's blocking calls for the event loop: the shared pool
+(:mod:`changestream.threads`: threads are reused, since each holds a database connection), and
+a way to await a job's result from the loop."""
 
 from __future__ import annotations
 
 import asyncio
-import logging
-import queue
-import threading
 from collections.abc import Callable
 from contextlib import suppress
 from typing import Any, TypeVar
 
-_log = logging.getLogger(__name__)
+from changestream.threads import ThreadPool
 
 T = TypeVar("T")
-Job = Callable[[], None]
 
 
-class WorkerThreads:
-    """Runs each submitted job on an idle thread, or on a new one when none is idle."""
+class WorkerThreads(ThreadPool):
+    """The server's pool (:class:`~changestream.threads.ThreadPool`), awaitable from the
+    event loop."""
 
     def __init__(self, name: str) -> None:
-        self._name = name
-        self._jobs: queue.SimpleQueue[Job] = queue.SimpleQueue()
-        self._lock = threading.Lock()
-        self._idle = 0
-
-    def submit(self, job: Job) -> None:
-        with self._lock:
-            if self._idle:
-                self._idle -= 1
-                self._jobs.put(job)
-                return
-        threading.Thread(target=self._work, args=(job,), name=self._name, daemon=True).start()
-
-    def _work(self, job: Job) -> None:
-        while True:
-            try:
-                job()
-            except BaseException:  # jobs report their own errors; this keeps the thread alive
-                _log.exception("server worker job failed")
-            with self._lock:
-                self._idle += 1
-            job = self._jobs.get()
+        super().__init__(name, "server worker job")
 
     async def call(self, function: Callable[[], T]) -> T:
         """Run ``function`` on a worker thread and wait for its result (or exception)."""

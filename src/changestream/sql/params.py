@@ -12,13 +12,19 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeAlias
 
 import orjson
 
 from changestream.errors import InvalidArgument
 from changestream.types import PARAMETER, ColumnType, normalize, to_sqlite
 from changestream.values import shown
+
+#: A column value as written or read (:mod:`changestream.types` gives each type's Python form).
+Value: TypeAlias = object
+#: Query parameters: by name (``@name`` / ``$name``) or by position.
+Params: TypeAlias = Mapping[str, Value] | Sequence[Value] | None
 
 _SCALARS: tuple[tuple[type | tuple[type, ...], str], ...] = (
     (bool, "BOOL"),

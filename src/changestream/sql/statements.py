@@ -32,10 +32,9 @@ from changestream.sql.limits import (
     check_text,
     parse_deadline,
 )
-from changestream.sql.params import UntypedText, stored_parameter
+from changestream.sql.params import Params, UntypedText, stored_parameter
 from changestream.types import ColumnType, normalize, to_sqlite
 
-Params = Mapping[str, Any] | Sequence[Any] | None
 #: The type of a table's column, or None when there is no such table or column.
 ColumnTypes = Callable[[str, str], ColumnType | None]
 _P = TypeVar("_P", bound=Parser)

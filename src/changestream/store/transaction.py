@@ -7,7 +7,7 @@ import sqlite3
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 from changestream.clock import to_datetime
 from changestream.ddl.schema import Table
@@ -447,7 +447,31 @@ def _overwrite(change: RowChange, after: dict[str, Any] | None, written: set[str
 
 
 class MutationMethods:
-    """The four row-writing mutations, buffered by ``_buffer`` (shared with remote transactions)."""
+    """What every transaction shares (embedded and remote): the four row-writing mutations,
+    buffered by ``_buffer``, and the context manager that commits, or rolls back on an error."""
+
+    _done: bool
+
+    def commit(self) -> dt.datetime:
+        raise NotImplementedError
+
+    def rollback(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if self._done:
+            return
+        if exc_type is None:
+            self.commit()
+        else:
+            self.rollback()
+
+    def _check_open(self) -> None:
+        if self._done:
+            raise FailedPrecondition("the transaction has already committed or rolled back")
 
     def _buffer(
         self, op: str, table: str, columns: Sequence[str], values: Sequence[Sequence[Any]]
@@ -512,21 +536,6 @@ class Transaction(MutationMethods):
         self._done = False
         #: The commit timestamp, set by a successful commit.
         self.commit_timestamp: dt.datetime | None = None
-
-    def __enter__(self) -> Transaction:
-        return self
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if self._done:
-            return
-        if exc_type is None:
-            self.commit()
-        else:
-            self.rollback()
-
-    def _check_open(self) -> None:
-        if self._done:
-            raise FailedPrecondition("the transaction has already committed or rolled back")
 
     @reported
     def _buffer(self, op: str, table: str, columns: Sequence[str], values: Sequence[Any]) -> None:

@@ -7,20 +7,18 @@ remote client and the consumers can name them without pulling in the engine.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 from changestream.clock import format_ts
 from changestream.errors import reported_items
+from changestream.sql.params import Params as Params
+from changestream.sql.params import Value as Value
 
 #: A timestamp as the interfaces take it: RFC 3339 text, an aware datetime, or integer
 #: microseconds since the epoch.
 Timestamp: TypeAlias = str | dt.datetime | int
-#: A column value as written or read (:mod:`changestream.types` gives each type's Python form).
-Value: TypeAlias = object
-#: Query parameters: by name (``@name`` / ``$name``) or by position.
-Params: TypeAlias = Mapping[str, Value] | Sequence[Value] | None
 
 
 @dataclass(frozen=True, slots=True)
