@@ -26,7 +26,7 @@ from changestream.client.lease_table import (
 from changestream.client.positions import Position
 from changestream.client.taker import LeaseTaker
 from changestream.clock import now_us
-from changestream.store.leases import Lease
+from changestream.store.models import Lease
 from changestream.streams.records import ChildPartition, ChildPartitionsRecord
 from changestream.streams.roles import LeaseTableLike, StreamClientDatabase
 

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from changestream.client.positions import Position
-from changestream.store.leases import Lease
+from changestream.store.models import Lease
 from changestream.streams.lineage import parents_finished
 
 PARTITION_LEASE = "PartitionLease"

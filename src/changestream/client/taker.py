@@ -15,7 +15,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from changestream.client.lease_table import ready_leases
-from changestream.store.leases import Lease
+from changestream.store.models import Lease
 
 
 @dataclass(frozen=True, slots=True)

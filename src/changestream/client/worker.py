@@ -18,7 +18,7 @@ from changestream.errors import (
     FailedPrecondition,
     InvalidArgument,
 )
-from changestream.store.leases import MAX_CONSUMER_LENGTH
+from changestream.store.models import MAX_CONSUMER_LENGTH
 from changestream.streams.roles import StreamClientDatabase
 
 log = logging.getLogger("changestream.client")

@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from changestream.errors import InvalidArgument
+from changestream.store.models import MAX_CONSUMER_LENGTH as MAX_CONSUMER_LENGTH
 from changestream.store.models import Lease as Lease
 
 if TYPE_CHECKING:
     from changestream.store.database import Store
 
-MAX_CONSUMER_LENGTH = 128
 
 _COLUMNS = (
     "StatusType, StatusValue, Checkpoint, LeaseCounter, LeaseOwner, LeaseStealer,"

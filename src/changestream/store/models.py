@@ -9,6 +9,9 @@ from typing import Any
 
 from changestream.errors import InvalidArgument
 
+#: The longest consumer group or worker name, in characters.
+MAX_CONSUMER_LENGTH = 128
+
 
 @dataclass(frozen=True, slots=True)
 class SnapshotRead:

@@ -12,6 +12,7 @@ from typing import Any, Generic, TypeVar, overload
 from changestream.clock import format_ts, parse_ts
 from changestream.errors import InvalidArgument, InvalidToken, NotFound, OutOfRange
 from changestream.store.catalog import StreamEntry
+from changestream.store.change_log import data_version, next_log_rows, split_end, stream_exists
 from changestream.store.database import Store
 from changestream.store.splits import Split, load_split, load_splits, splits_live_at
 from changestream.streams.records import (
@@ -203,32 +204,18 @@ class ChangeStreamReader(Generic[D]):
         self, split_id: int, after: tuple[int, int]
     ) -> tuple[int, int | None, list[tuple[int, int, bytes]]]:
         """In one consistent read: the watermark, the split's end, and the next log rows."""
+        stream = self._request.stream
         with self._store.snapshot() as conn:
             watermark = self._watermark(conn)
-            if (
-                conn.execute(
-                    "SELECT 1 FROM _cs_streams WHERE stream_id = ?",
-                    (self._request.stream.stream_id,),
-                ).fetchone()
-                is None
-            ):
-                raise NotFound(
-                    f"change stream {self._request.stream.definition.name!r} was dropped"
-                )
-            (end_ts,) = conn.execute(
-                "SELECT end_ts FROM _cs_splits WHERE split_id = ?", (split_id,)
-            ).fetchone()
+            if not stream_exists(conn, stream.stream_id):
+                raise NotFound(f"change stream {stream.definition.name!r} was dropped")
+            end_ts = split_end(conn, split_id)
             upper = watermark
             if self._request.end is not None:
                 upper = min(upper, self._request.end)
             if end_ts is not None:
                 upper = min(upper, end_ts - 1)
-            rows = conn.execute(
-                "SELECT commit_ts, record_sequence, payload FROM _cs_log"
-                " WHERE stream_id = ? AND split_id = ? AND (commit_ts, record_sequence) > (?, ?)"
-                " AND commit_ts <= ? ORDER BY commit_ts, record_sequence LIMIT ?",
-                (self._request.stream.stream_id, split_id, after[0], after[1], upper, _BATCH),
-            ).fetchall()
+            rows = next_log_rows(conn, stream.stream_id, split_id, after, upper, _BATCH)
         # A full batch may not reach ``upper`` yet: report -1 so the caller reads on first.
         return (upper if len(rows) < _BATCH else -1), end_ts, rows
 
@@ -287,8 +274,7 @@ class _CommitWaiter:
         self._version = self._read()
 
     def _read(self) -> int:
-        row = self._store.connection().execute("PRAGMA data_version").fetchone()
-        return int(row[0])
+        return data_version(self._store.connection())
 
     def wait(self, timeout: float) -> None:
         deadline = time.monotonic() + max(timeout, 0.0)
