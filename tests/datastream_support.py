@@ -15,6 +15,18 @@ from changestream.datastream.events import CdcMod, Event, cdc_events
 from changestream.ddl.parser import parse_ddl
 from changestream.ddl.schema import CreateTable, Table
 
+#: The generic fields of every event, in the seed's order (then source_metadata and payload).
+ENVELOPE_FIELDS = [
+    "stream_name",
+    "read_method",
+    "object",
+    "schema_key",
+    "uuid",
+    "read_timestamp",
+    "source_timestamp",
+    "sort_keys",
+]
+
 SAMPLE_DDL = (
     "CREATE TABLE SAMPLE (THIS_IS_MY_PK INT64 NOT NULL, FIELD1 STRING(MAX), "
     "FIELD2 STRING(MAX) NOT NULL) PRIMARY KEY (THIS_IS_MY_PK)"

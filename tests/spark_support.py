@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 
 import changestream
 from changestream import DataChangeRecord, FailedPrecondition
+from changestream.clock import format_ts
 from tests.lineage import read_lineage
 
 ITEMS = "CREATE TABLE Items (Id INT64 NOT NULL, Name STRING(MAX), Qty INT64) PRIMARY KEY (Id)"
@@ -183,3 +184,17 @@ def main(argv: list[str]) -> None:
 
 if __name__ == "__main__":
     main(sys.argv[1:])
+
+
+def batch_read(spark: Any, database: str, start: int, end: int, **options: str) -> Any:
+    """A batch read of ``ItemStream`` from ``start`` to ``end`` with the given source options."""
+    reader = (
+        spark.read.format("changestream")
+        .option("database", database)
+        .option("stream", "ItemStream")
+        .option("startTimestamp", format_ts(start))
+        .option("endTimestamp", format_ts(end))
+    )
+    for name, value in options.items():
+        reader = reader.option(name, value)
+    return reader.load()

@@ -22,6 +22,7 @@ from changestream.datastream.events import (
 from changestream.errors import InvalidArgument
 from tests.datastream_support import (
     ALL_TYPES_DDL,
+    ENVELOPE_FIELDS,
     PK,
     SAMPLE_DDL,
     STREAM,
@@ -33,16 +34,7 @@ from tests.datastream_support import (
     table_of,
 )
 
-GENERIC = [
-    "stream_name",
-    "read_method",
-    "object",
-    "schema_key",
-    "uuid",
-    "read_timestamp",
-    "source_timestamp",
-    "sort_keys",
-]
+GENERIC = ENVELOPE_FIELDS
 SOURCE_METADATA = [
     "database",
     "table",

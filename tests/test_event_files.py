@@ -19,7 +19,14 @@ import pytest
 from changestream.datastream.events import CdcMod, Event, backfill_events, cdc_events
 from changestream.datastream.files import EventFileWriter, event_files, read_events
 from changestream.errors import InvalidArgument
-from tests.datastream_support import ALL_TYPES_DDL, SAMPLE_DDL, T0, all_types_rows, table_of
+from tests.datastream_support import (
+    ALL_TYPES_DDL,
+    ENVELOPE_FIELDS,
+    SAMPLE_DDL,
+    T0,
+    all_types_rows,
+    table_of,
+)
 
 FORMATS = ["json", "avro"]
 ALL_TYPES = table_of(ALL_TYPES_DDL)
@@ -131,16 +138,7 @@ def test_pyarrow_reads_json_files(tmp_path: Path) -> None:
     data = pyarrow.json.read_json(path)
 
     assert data.num_rows == 3
-    assert data.column_names[:8] == [
-        "stream_name",
-        "read_method",
-        "object",
-        "schema_key",
-        "uuid",
-        "read_timestamp",
-        "source_timestamp",
-        "sort_keys",
-    ]
+    assert data.column_names[:8] == ENVELOPE_FIELDS
     payload = data.column("payload").combine_chunks()
     assert str(payload.field("Id").type) == "int64"
     assert payload.field("Id").to_pylist() == [1, 2, 3]

@@ -27,7 +27,7 @@ from changestream.datastream import StreamCatalog, StreamDefinition
 from changestream.datastream.files import event_files, read_events
 from changestream.spark.pipeline import PipelineOptions, PipelineStatus, SparkPipeline
 from changestream.spark.replica import DeltaReplica
-from tests.spark_support import create_items_db, write_items
+from tests.spark_support import batch_read, create_items_db, write_items
 
 pytestmark = pytest.mark.spark
 
@@ -312,16 +312,7 @@ def test_batch_read_through_a_server_url_equals_the_embedded_read(
     try:
 
         def read(database: str, **options: str) -> Any:
-            reader = (
-                spark.read.format("changestream")
-                .option("database", database)
-                .option("stream", "ItemStream")
-                .option("startTimestamp", format_ts(start))
-                .option("endTimestamp", format_ts(end))
-            )
-            for name, value in options.items():
-                reader = reader.option(name, value)
-            return reader.load()
+            return batch_read(spark, database, start, end, **options)
 
         remote = f"{url}/sparkextra"
         embedded_rows = _sorted_rows(read(path))

@@ -30,6 +30,7 @@ from changestream.embedded.database import store_of
 from changestream.spark.history import HistoryReplica
 from changestream.spark.pipeline import PipelineFailed, PipelineOptions, SparkPipeline
 from changestream.spark.replica import DeltaReplica
+from tests.datastream_support import ENVELOPE_FIELDS
 from tests.lineage import read_lineage
 from tests.spark_support import ITEMS, Writer, write_items
 
@@ -108,16 +109,7 @@ def test_the_seeds_insert_update_delete_flow_as_three_events(spark: Any, tmp_pat
         {"THIS_IS_MY_PK": 1231535353, "FIELD1": None, "FIELD2": "TLV"},
     ]
     first = events[0]
-    assert list(first)[:8] == [
-        "stream_name",
-        "read_method",
-        "object",
-        "schema_key",
-        "uuid",
-        "read_timestamp",
-        "source_timestamp",
-        "sort_keys",
-    ]
+    assert list(first)[:8] == ENVELOPE_FIELDS
     assert first["read_method"] == "changestream-cdc"
     assert first["object"] == "source_SAMPLE"
     assert first["source_metadata"]["primary_keys"] == ["THIS_IS_MY_PK"]

@@ -20,6 +20,7 @@ from changestream.clock import format_ts, now_us
 from tests.lineage import read_lineage
 from tests.spark_support import (
     Writer,
+    batch_read,
     create_items_db,
     difference,
     expected_mods,
@@ -41,19 +42,6 @@ def spark() -> Iterator[Any]:
     session.stop()
 
 
-def _batch(spark: Any, path: str, start: int, end: int, **options: str) -> Any:
-    reader = (
-        spark.read.format("changestream")
-        .option("database", path)
-        .option("stream", "ItemStream")
-        .option("startTimestamp", format_ts(start))
-        .option("endTimestamp", format_ts(end))
-    )
-    for name, value in options.items():
-        reader = reader.option(name, value)
-    return reader.load()
-
-
 def test_batch_read_equals_the_read_function_across_the_lineage(spark: Any, tmp_path: Path) -> None:
     path = str(tmp_path / "items.db")
     db = create_items_db(path)
@@ -65,7 +53,7 @@ def test_batch_read_equals_the_read_function_across_the_lineage(spark: Any, tmp_
     records = [r for p in reads for r in p.records]
     assert len(reads) > 3, "the workload must split and merge"
 
-    frame = _batch(spark, path, start, end, maxPartitions="3")
+    frame = batch_read(spark, path, start, end, maxPartitions="3")
     rows = frame.collect()
     assert frame.rdd.getNumPartitions() == 3
     assert len(rows) == len(records)
@@ -87,7 +75,7 @@ def test_batch_read_equals_the_read_function_across_the_lineage(spark: Any, tmp_
         micros = int(row.commit_timestamp.timestamp()) * 1_000_000
         assert micros + row.commit_timestamp.microsecond == record.commit_timestamp
 
-    per_mod = _batch(spark, path, start, end, rowPerMod="true").collect()
+    per_mod = batch_read(spark, path, start, end, rowPerMod="true").collect()
     got = sorted(
         (
             int(r.commit_timestamp.timestamp()) * 1_000_000 + r.commit_timestamp.microsecond,

@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import base64
-import datetime as dt
-import decimal
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
-import orjson
 
 import changestream
-from changestream.clock import format_ts, parse_ts
+from changestream.render import json_line as json_line
 
 if TYPE_CHECKING:
     from changestream.remote import RemoteDatabase
@@ -35,24 +31,3 @@ def open_database(
     meta = {} if context is None else context.meta
     verify = meta.get(CA_CERT_KEY) or True
     return changestream.open_path_or_url(path, meta.get(TOKEN_KEY), create=create, verify=verify)
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, dt.datetime):
-        if value.tzinfo is None:
-            value = value.replace(tzinfo=dt.UTC)
-        return format_ts(parse_ts(value))
-    if isinstance(value, dt.date):
-        return value.isoformat()
-    if isinstance(value, decimal.Decimal):
-        return str(value)
-    if isinstance(value, bytes | bytearray | memoryview):
-        return base64.b64encode(bytes(value)).decode()
-    raise TypeError(f"cannot render {type(value).__name__} as JSON")
-
-
-def json_line(value: Any) -> str:
-    """``value`` as one line of JSON: timestamps in RFC 3339, NUMERIC as text, BYTES in base64."""
-    return orjson.dumps(
-        value, default=_json_default, option=orjson.OPT_PASSTHROUGH_DATETIME
-    ).decode()

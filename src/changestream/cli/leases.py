@@ -12,9 +12,9 @@ from rich.text import Text
 
 from changestream import Database
 from changestream.cli.common import open_database
-from changestream.cli.partitions import short_token
 from changestream.client import LeaseStatus, describe_leases
 from changestream.clock import now_us
+from changestream.render import short_token
 
 COLUMNS = ("consumer", "partition", "parents", "owner", "stealer", "checkpoint", "lag", "state")
 

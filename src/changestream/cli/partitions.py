@@ -7,59 +7,8 @@ from rich.console import Console
 from rich.text import Text
 from rich.tree import Tree
 
-from changestream import Partition
 from changestream.cli.common import json_line, open_database
-from changestream.clock import format_ts
-
-
-def short_token(token: str) -> str:
-    """A token's last ten characters: its leading ones are shared by every partition of a
-    stream (they encode the format version and the stream), the trailing ones tell them apart."""
-    return "…" + token[-10:]
-
-
-def describe(partition: Partition) -> str:
-    """One line for a partition: short token, key range, time range, and (live ones) the
-    write rate the split policy sees."""
-    end = "live" if partition.end_timestamp is None else format_ts(partition.end_timestamp)
-    rate = f"  {partition.write_rate:.1f} mods/s" if partition.end_timestamp is None else ""
-    return (
-        f"{short_token(partition.token)}  [{partition.start_key}, {partition.end_key})  "
-        f"{format_ts(partition.start_timestamp)} → {end}{rate}"
-    )
-
-
-def lineage_tree(title: str, history: list[Partition]) -> Tree:
-    """The partitions of ``history`` (oldest first) nested under their parents.
-
-    Roots are partitions none of whose parents are in ``history`` (the first partition, or
-    the ones live when the stream was created). A merge child is drawn whole under its first
-    parent and as a reference under the others, so repeated split/merge cycles stay small.
-    """
-    by_token = {p.token: p for p in history}
-    tree = Tree(Text(title))
-
-    def add(branch: Tree, partition: Partition) -> None:
-        parents = [t for t in partition.parent_tokens if t in by_token]
-        label = describe(partition)
-        if len(parents) > 1:
-            label += f"  (merge of {' + '.join(short_token(t) for t in parents)})"
-        node = branch.add(Text(label))
-        for token in partition.child_tokens:
-            child = by_token.get(token)
-            if child is None:
-                continue
-            first_parent = next(t for t in child.parent_tokens if t in by_token)
-            if first_parent == partition.token:
-                add(node, child)
-            else:
-                reference = f"{short_token(child.token)}  merge child, drawn under "
-                node.add(Text(reference + short_token(first_parent)))
-
-    for partition in history:
-        if not any(t in by_token for t in partition.parent_tokens):
-            add(tree, partition)
-    return tree
+from changestream.render import describe, lineage_tree
 
 
 @click.command()

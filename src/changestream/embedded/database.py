@@ -262,11 +262,11 @@ class EmbeddedDatabase(WatchableDatabase):
     def read_change_stream(
         self,
         stream: str,
-        start_timestamp: Any,
-        end_timestamp: Any = None,
+        start_timestamp: Timestamp,
+        end_timestamp: Timestamp | None = None,
         partition_token: str | None = None,
         heartbeat_milliseconds: int = 10_000,
-        read_options: Any = None,
+        read_options: object = None,
     ) -> Iterator[ChangeRecord]:
         """The read function: child partitions for the initial query (no token), or one
         partition's records in commit order with heartbeats, ending with child partitions."""

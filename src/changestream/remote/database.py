@@ -44,7 +44,7 @@ from changestream.sql.statements import ReadFunctionCall, parse_statement
 from changestream.store.keys import KeyRange
 from changestream.store.leases import check_consumer
 from changestream.store.models import Action, SnapshotRead, SplitPolicy, SystemDocument
-from changestream.streams.models import Params, Partition, ResultSet
+from changestream.streams.models import Params, Partition, ResultSet, Timestamp
 from changestream.streams.read_function_rows import read_function_rows
 from changestream.streams.records import (
     ChangeRecord,
@@ -261,11 +261,11 @@ class RemoteDatabase(WatchableDatabase):
     def read_change_stream(
         self,
         stream: str,
-        start_timestamp: Any,
-        end_timestamp: Any = None,
+        start_timestamp: Timestamp,
+        end_timestamp: Timestamp | None = None,
         partition_token: str | None = None,
         heartbeat_milliseconds: int = 10_000,
-        read_options: Any = None,
+        read_options: object = None,
     ) -> Iterator[ChangeRecord]:
         """The read function, streamed from the server; resumes across broken connections."""
         body = models.ReadChangeStreamRequest(
@@ -322,7 +322,7 @@ class RemoteDatabase(WatchableDatabase):
         finally:
             response.close()
 
-    def partitions(self, stream: str, at: Any = None) -> list[Partition]:
+    def partitions(self, stream: str, at: Timestamp | None = None) -> list[Partition]:
         """The partitions of ``stream`` live now (or at timestamp ``at``), in key order."""
         query = None if at is None else {"at": str(parse_ts(at, "at"))}
         reply = self._invoke("partitions", stream=stream, query=query)

@@ -3,8 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from changestream.streams.models import Params
 from changestream.streams.roles import (
@@ -18,12 +17,7 @@ from changestream.streams.roles import (
     WatchSource,
     WatchSourceProvider,
 )
-from changestream.streams.watch_arguments import TableWatcher, WatchCursor
-
-if TYPE_CHECKING:
-    from typing_extensions import Unpack
-
-    from changestream.streams.watch_arguments import WatchArguments
+from changestream.streams.watch_arguments import TableWatcher, Watcher
 
 __all__ = ["Database", "LeaseTableLike", "Params", "TransactionLike", "WatchSource"]
 
@@ -36,6 +30,7 @@ class Database(
     LeaseStore,
     DocumentStore,
     WatchSourceProvider,
+    Watcher,
     Protocol,
 ):
     """A change-stream database: every role, and MongoDB-style watch() on it or one table.
@@ -44,9 +39,4 @@ class Database(
     the remote one.
     """
 
-    def watch(
-        self,
-        pipeline: Sequence[Mapping[str, object]] | None = None,
-        **arguments: Unpack[WatchArguments],
-    ) -> WatchCursor: ...
     def table(self, name: str) -> TableWatcher: ...

@@ -64,13 +64,18 @@ class WatchCursor(Protocol):
 
 
 @runtime_checkable
-class TableWatcher(Protocol):
-    """What ``db.table(name)`` returns: a handle whose ``watch()`` follows that table alone."""
-
-    name: str
+class Watcher(Protocol):
+    """Something with ``watch()``: a database (every table) or a table handle (one)."""
 
     def watch(
         self,
         pipeline: Sequence[Mapping[str, object]] | None = None,
         **arguments: Unpack[WatchArguments],
     ) -> WatchCursor: ...
+
+
+@runtime_checkable
+class TableWatcher(Watcher, Protocol):
+    """What ``db.table(name)`` returns: a handle whose ``watch()`` follows that table alone."""
+
+    name: str
