@@ -425,13 +425,9 @@ async def read_change_stream(
 
     def render(record: _StreamItem) -> bytes:
         entry.records[record.record_type] += 1
+        entry.position = record.timestamp
         if isinstance(record, StoredDataChange):
-            entry.position = record.commit_timestamp
             return record.line()
-        if isinstance(record, HeartbeatRecord):
-            entry.position = record.timestamp
-        else:
-            entry.position = record.start_timestamp
         return orjson.dumps(record_line(record)) + b"\n"
 
     return await _stream(request, state, principal, entry, open_items, render)

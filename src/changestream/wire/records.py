@@ -32,16 +32,10 @@ from changestream.wire.values import decode, encode
 def record_line(record: ChangeRecord) -> dict[str, Any]:
     """One NDJSON line of the read function: the record's seed JSON, its type, its partition,
     and its timestamp in microseconds (so clients need not parse the RFC 3339 text)."""
-    if isinstance(record, DataChangeRecord):
-        stamp = record.commit_timestamp
-    elif isinstance(record, HeartbeatRecord):
-        stamp = record.timestamp
-    else:
-        stamp = record.start_timestamp
     return {
         "type": record.record_type,
         "partition_token": record.partition_token,
-        "timestamp_us": stamp,
+        "timestamp_us": record.timestamp,
         "record": record.to_dict(),
     }
 
@@ -56,6 +50,11 @@ class StoredDataChange:
     partition_token: str
 
     record_type: ClassVar[str] = "data_change_record"
+
+    @property
+    def timestamp(self) -> int:
+        """The commit timestamp, as every record's ``timestamp`` is its moment."""
+        return self.commit_timestamp
 
     def line(self) -> bytes:
         """The :func:`record_line` of the decoded record, as NDJSON, without decoding it: the
