@@ -42,8 +42,13 @@ from changestream.remote.leases import RemoteLeaseTable
 from changestream.remote.transaction import RemoteTransaction
 from changestream.sql.statements import ReadFunctionCall, parse_statement
 from changestream.store.keys import KeyRange
-from changestream.store.leases import check_consumer
-from changestream.store.models import Action, SnapshotRead, SplitPolicy, SystemDocument
+from changestream.store.models import (
+    Action,
+    SnapshotRead,
+    SplitPolicy,
+    SystemDocument,
+    check_consumer,
+)
 from changestream.streams.models import Params, Partition, ResultSet, Timestamp
 from changestream.streams.read_function_rows import read_function_rows
 from changestream.streams.records import (

@@ -14,7 +14,7 @@ from changestream.errors import (
     InvalidArgument,
 )
 from changestream.store.keys import KeyRange
-from changestream.store.transaction import MutationMethods
+from changestream.store.transaction_api import MutationMethods
 from changestream.streams.models import Params
 from changestream.wire import models
 from changestream.wire.values import encode

@@ -24,14 +24,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import logging
 import shutil
 import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -49,14 +47,28 @@ from changestream.ddl.schema import Table
 from changestream.deprecation import renamed
 from changestream.errors import (
     ChangeStreamError,
-    DatabaseBusy,
     FailedPrecondition,
     NotFound,
-    Unavailable,
 )
 from changestream.retry import retrying
 from changestream.spark.backfill import DONE_PREFIX, PLAN, KeyCodec, chunks, plan_boundaries
-from changestream.spark.frontier import Frontier
+from changestream.spark.query_control import (
+    Heartbeat,
+    Watchdog,
+    frontier_of,
+    stop_between_batches,
+    stop_session,
+)
+from changestream.spark.run_status import (
+    DEFAULT_MAX_BYTES_PER_TRIGGER as DEFAULT_MAX_BYTES_PER_TRIGGER,
+)
+from changestream.spark.run_status import (
+    DEFAULT_MAX_RECORDS_PER_TRIGGER as DEFAULT_MAX_RECORDS_PER_TRIGGER,
+)
+from changestream.spark.run_status import DELETED, BatchError, classify
+from changestream.spark.run_status import PipelineFailed as PipelineFailed
+from changestream.spark.run_status import PipelineOptions as PipelineOptions
+from changestream.spark.run_status import PipelineStatus as PipelineStatus
 from changestream.spark.session import local_session
 from changestream.spark.tasks import (
     SUMMARY_DDL,
@@ -71,121 +83,7 @@ from changestream.streams.roles import PipelineDatabase
 
 log = logging.getLogger(__name__)
 
-#: The state a status reports once the stream's definition is gone.
-DELETED = "Deleted"
-
-#: Errors worth retrying: the destination or the source may come back.
-RETRIABLE = (OSError, Unavailable, DatabaseBusy, TimeoutError)
-#: Names of errors that, raised in a Spark task, are worth retrying (tasks' exceptions reach
-#: the driver as text).
-_RETRIABLE_NAMES = (
-    "OSError",
-    "PermissionError",
-    "NotADirectoryError",
-    "FileNotFoundError",
-    "IsADirectoryError",
-    "Unavailable",
-    "DatabaseBusy",
-    "TimeoutError",
-    "ConnectionError",
-)
-_PERMANENT_NAMES = ("InvalidArgument", "FailedPrecondition", "NotFound", "OutOfRange")
-#: Rows per micro-batch by default (admission control: the executors' and the driver's work
-#: per batch stays bounded however large the backlog).
-DEFAULT_MAX_RECORDS_PER_TRIGGER = 200_000
-DEFAULT_MAX_BYTES_PER_TRIGGER = 256 * 1024 * 1024
-
 T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True)
-class PipelineOptions:
-    """How ``pipeline run`` runs.
-
-    ``until_caught_up``: stop once every change committed before the run started has landed
-    (Spark's ``availableNow`` trigger). ``trigger_seconds``: the micro-batch interval.
-    ``max_records_per_trigger`` and ``max_bytes_per_trigger``: admission control (changes, and
-    bytes of change records, per micro-batch; None for no limit).
-    ``chunk_rows``: rows per backfill chunk. ``attempts``: tries of each batch's work (with
-    backoff) before the batch fails. ``restarts``: automatic restarts of the query after a
-    retriable failure. ``batch_timeout_seconds``: a micro-batch running longer fails the run.
-    ``compact_every``: every this many MERGEs into a replica (0: never), its small files are
-    compacted and files older versions alone need, past ``vacuum_retention_hours``, deleted.
-    ``spark_log``: where the JVM's own output goes when the pipeline starts Spark (default:
-    ``spark.log`` in the stream's ``_changestream`` directory), so it stays off the terminal.
-    """
-
-    master: str = "local[2]"
-    token: str | None = None
-    until_caught_up: bool = False
-    trigger_seconds: float = 1.0
-    max_records_per_trigger: int | None = DEFAULT_MAX_RECORDS_PER_TRIGGER
-    max_bytes_per_trigger: int | None = DEFAULT_MAX_BYTES_PER_TRIGGER
-    chunk_rows: int = 10_000
-    attempts: int = 3
-    backoff_seconds: float = 0.5
-    restarts: int = 3
-    poll_seconds: float = 0.5
-    batch_timeout_seconds: float = 900.0
-    heartbeat_seconds: float = 2.0
-    compact_every: int = 50
-    vacuum_retention_hours: float = 168.0
-    spark_log: str | None = None
-
-
-@dataclass(slots=True)
-class PipelineStatus:
-    """What a running pipeline reports on every poll (for progress bars)."""
-
-    state: str
-    rows_processed: int = 0
-    frontier: int | None = None
-    target: int | None = None
-    backfill: dict[str, str] = field(default_factory=dict)
-    idle: bool = False
-
-    @property
-    def lag_seconds(self) -> float | None:
-        if self.idle:
-            return 0.0
-        return None if self.frontier is None else max(0.0, (now_us() - self.frontier) / 1e6)
-
-
-class PipelineFailed(FailedPrecondition):
-    """The pipeline stopped on an error (recorded in the stream's errors); ``retriable``
-    says whether running it again may succeed."""
-
-    def __init__(self, message: str, retriable: bool) -> None:
-        super().__init__(message)
-        self.retriable = retriable
-        #: Whether the query had started (a failure then may be followed by a restart).
-        self.while_running = False
-
-
-class _BatchError(Exception):
-    """A micro-batch failed; carries what to record."""
-
-    def __init__(self, obj: str, message: str, retriable: bool) -> None:
-        super().__init__(message)
-        self.obj, self.message, self.retriable = obj, message, retriable
-
-
-def classify(exc: BaseException) -> tuple[str, bool]:
-    """A one-line message for ``exc`` and whether retrying may help. Errors raised in Spark
-    tasks arrive as text, so their class names are looked for in it."""
-    if isinstance(exc, ChangeStreamError) and not isinstance(exc, Unavailable | DatabaseBusy):
-        return f"{type(exc).__name__}: {exc}", False
-    if isinstance(exc, RETRIABLE):
-        return f"{type(exc).__name__}: {exc}", True
-    text = str(exc)
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    for line in reversed(lines):
-        name = line.split(":", 1)[0].rsplit(".", 1)[-1]
-        if name in _PERMANENT_NAMES:
-            return line, False
-        if name in _RETRIABLE_NAMES:
-            return line, True
-    return f"{type(exc).__name__}: {lines[0] if lines else text}", False
 
 
 class SparkPipeline:
@@ -208,7 +106,7 @@ class SparkPipeline:
         self.catalog = StreamCatalog(self.db)
         self.definition: StreamDefinition = self.catalog.get(name).definition
         self._generation = int(self.catalog.progress(name).detail.get(CDC_GENERATION, 0))
-        self._failure: _BatchError | None = None
+        self._failure: BatchError | None = None
         self._merges: dict[str, int] = defaultdict(int)
         self._reported: int | None = None
         self._lag: float | None = None
@@ -305,7 +203,7 @@ class SparkPipeline:
         spark = self._spark or local_session(
             self.options.master, f"changestream-{self.name}", log=self.spark_log
         )
-        heartbeat = _Heartbeat(self, self.options.heartbeat_seconds)
+        heartbeat = Heartbeat(self, self.options.heartbeat_seconds)
         backoff = self.options.backoff_seconds
         restarts = retrying(
             lambda exc: isinstance(exc, PipelineFailed) and exc.retriable and exc.while_running,
@@ -320,7 +218,7 @@ class SparkPipeline:
         finally:
             heartbeat.stop()
             if self._spark is None:
-                _stop_session(spark)
+                stop_session(spark)
             self.db.close()
 
     def _run_query(self, spark: SparkSession, start: int, target: int | None) -> PipelineStatus:
@@ -341,7 +239,7 @@ class SparkPipeline:
             try:
                 status = self._monitor(spark, query, target)
             finally:
-                _stop_between_batches(query)
+                stop_between_batches(query)
             # Close the files of every event landed so far (their rotation may not be due):
             # a stopped pipeline leaves nothing unpublished.
             self._guard(lambda: self._publish(spark, force=True))
@@ -366,7 +264,7 @@ class SparkPipeline:
         """Run driver-side work outside a micro-batch, failing the run as a batch would."""
         try:
             work()
-        except _BatchError as error:
+        except BatchError as error:
             self._failure = error
             self.catalog.fail(self.name, error.obj, error.message, error.retriable)
             message = f"stream {self.name!r} failed: {error.message}"
@@ -422,7 +320,7 @@ class SparkPipeline:
     ) -> PipelineStatus:
         """Watch ``query`` until it ends, fails, or the stream is paused, deleted or (with
         ``drain``) draining."""
-        watchdog = _Watchdog(self.options.batch_timeout_seconds)
+        watchdog = Watchdog(self.options.batch_timeout_seconds)
         while True:
             try:
                 ended = query.awaitTermination(self.options.poll_seconds)  # type: ignore[arg-type]
@@ -461,37 +359,37 @@ class SparkPipeline:
 
     def _drain(self, spark: SparkSession, query: StreamingQuery) -> PipelineStatus:
         """Finish everything committed until now with an ``availableNow`` query, then Paused."""
-        _stop_between_batches(query)
+        stop_between_batches(query)
         start = self.catalog.progress(self.name).cdc_start_timestamp
         assert start is not None
         final = self._start_query(spark, start, available_now=True)
         try:
             status = self._monitor(spark, final, target=now_us(), drain=False)
         finally:
-            _stop_between_batches(final)
+            stop_between_batches(final)
         self._guard(lambda: self._publish(spark, force=True))
         self.catalog.transition(self.name, "drained")
         status.state = StreamState.PAUSED.value
         return status
 
-    def _source_failure(self, error: object) -> _BatchError:
+    def _source_failure(self, error: object) -> BatchError:
         """Why the query failed outside a micro-batch's sink work: permanent when the stream's
         source is gone (its change stream dropped), else as the error says."""
         try:
             self.definition.tables(self.db)
         except ChangeStreamError as exc:
-            return _BatchError("*", f"{type(exc).__name__}: {exc}", False)
+            return BatchError("*", f"{type(exc).__name__}: {exc}", False)
         if isinstance(error, BaseException):
             message, retriable = classify(error)
-            return _BatchError("*", message, retriable)
-        return _BatchError("*", str(error).splitlines()[0], True)
+            return BatchError("*", message, retriable)
+        return BatchError("*", str(error).splitlines()[0], True)
 
     def _status(self, query: StreamingQuery, target: int | None) -> PipelineStatus:
         try:
             state = self.catalog.get(self.name).state.value
         except NotFound:
             state = DELETED
-        frontier = _frontier(query)
+        frontier = frontier_of(query)
         if frontier is not None and frontier != self._reported and state != DELETED:
             self.catalog.update_progress(self.name, last_commit_timestamp=frontier)
             self._reported = frontier
@@ -544,12 +442,12 @@ class SparkPipeline:
             self._publish(spark, force=False)
             events = sum(row["events"] for row in summary if row["kind"] == "events")
             self.catalog.update_progress(self.name, add_rows=events, batch_id=batch_id)
-        except _BatchError as error:
+        except BatchError as error:
             self._failure = error
             raise
         except Exception as exc:
             message, retriable = classify(exc)
-            self._failure = _BatchError("*", message, retriable)
+            self._failure = BatchError("*", message, retriable)
             raise
 
     def _cdc_task(self, plan: TaskPlan, batch_id: int) -> CdcTask:
@@ -584,7 +482,7 @@ class SparkPipeline:
             if retriable:
                 message = f"{message} (attempt {self.options.attempts})"
                 self.catalog.record_error(self.name, obj, message, retriable=True)
-            raise _BatchError(obj, message, retriable) from exc
+            raise BatchError(obj, message, retriable) from exc
         raise AssertionError("unreachable: tenacity returns or raises")
 
     def _merge(self, plan: TaskPlan, summary: list[dict[str, Any]], batch_key: str) -> None:
@@ -677,86 +575,6 @@ class SparkPipeline:
                 self.catalog.update_progress(self.name, add_rows=sum(row["events"] for row in done))
                 self._publish(spark, force=False)
             self.catalog.set_object_backfill(self.name, obj, "done")
-
-
-class _Heartbeat:
-    """Tells the catalog, every ``seconds``, that this process runs the pipeline."""
-
-    def __init__(self, pipeline: SparkPipeline, seconds: float) -> None:
-        self._pipeline, self._seconds = pipeline, seconds
-        self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._beat, name="pipeline-heartbeat", daemon=True)
-        self._beat_once(True)
-        self._thread.start()
-
-    def _beat_once(self, attached: bool) -> None:
-        try:
-            self._pipeline.catalog.heartbeat(self._pipeline.name, self._pipeline._lag, attached)
-        except ChangeStreamError as exc:  # the stream was deleted, or the source is away
-            log.debug("heartbeat of %s not recorded: %s", self._pipeline.name, exc)
-
-    def _beat(self) -> None:
-        while not self._stopped.wait(self._seconds):
-            self._beat_once(True)
-
-    def stop(self) -> None:
-        self._stopped.set()
-        self._thread.join(timeout=10)
-        self._beat_once(False)
-
-
-class _Watchdog:
-    """Notices a micro-batch that stays active without finishing for ``timeout`` seconds."""
-
-    def __init__(self, timeout: float) -> None:
-        self._timeout = timeout
-        self._since: float | None = None
-        self._batch: object = None
-
-    def stuck(self, query: StreamingQuery) -> bool:
-        progress = query.lastProgress
-        batch = None if not progress else progress.get("batchId")
-        if not query.status.get("isTriggerActive") or batch != self._batch:
-            self._since, self._batch = None, batch
-            return False
-        if self._since is None:
-            self._since = time.monotonic()
-        return time.monotonic() - self._since > self._timeout
-
-
-def _stop_between_batches(query: StreamingQuery, patience: float = 30.0) -> None:
-    """Stop the query, letting a running micro-batch finish first (so it is not replayed)."""
-    try:
-        deadline = time.monotonic() + patience
-        while (
-            query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline
-        ):
-            time.sleep(0.05)
-        if query.isActive:
-            query.stop()
-    except Exception as exc:  # the JVM is gone: nothing left to stop
-        log.debug("stopping the query failed: %s", exc)
-
-
-def _stop_session(spark: SparkSession) -> None:
-    try:
-        spark.stop()
-    except Exception as exc:  # the JVM is gone: nothing left to stop
-        log.debug("stopping Spark failed: %s", exc)
-
-
-def _frontier(query: StreamingQuery) -> int | None:
-    """The commit timestamp through which the last finished micro-batch read every record
-    (the offset's watermark)."""
-    progress = query.lastProgress
-    if not progress or not progress.get("sources"):
-        return None
-    offset: Any = progress["sources"][0].get("endOffset")
-    if isinstance(offset, str):
-        offset = json.loads(offset)
-    if not isinstance(offset, dict):
-        return None
-    return Frontier.from_offset(offset).watermark
 
 
 def run_pipeline(

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from changestream.errors import InvalidArgument
 from changestream.store.models import MAX_CONSUMER_LENGTH as MAX_CONSUMER_LENGTH
 from changestream.store.models import Lease as Lease
+from changestream.store.models import check_consumer as check_consumer
 
 if TYPE_CHECKING:
     from changestream.store.database import Store
@@ -40,19 +40,6 @@ def _row_to_lease(row: tuple[Any, ...]) -> Lease:
         parent_shard_ids=tuple(orjson.loads(parents)),
         start_timestamp=start,
     )
-
-
-def check_consumer(consumer: object) -> str:
-    """A consumer name: 1 to 128 printable characters."""
-    if (
-        not isinstance(consumer, str)
-        or not 0 < len(consumer) <= MAX_CONSUMER_LENGTH
-        or not consumer.isprintable()
-    ):
-        raise InvalidArgument(
-            f"consumer must be 1 to {MAX_CONSUMER_LENGTH} printable characters, got {consumer!r}"
-        )
-    return consumer
 
 
 class LeaseTable:

@@ -13,6 +13,19 @@ from changestream.errors import InvalidArgument
 MAX_CONSUMER_LENGTH = 128
 
 
+def check_consumer(consumer: object) -> str:
+    """A consumer name: 1 to 128 printable characters."""
+    if (
+        not isinstance(consumer, str)
+        or not 0 < len(consumer) <= MAX_CONSUMER_LENGTH
+        or not consumer.isprintable()
+    ):
+        raise InvalidArgument(
+            f"consumer must be 1 to {MAX_CONSUMER_LENGTH} printable characters, got {consumer!r}"
+        )
+    return consumer
+
+
 @dataclass(frozen=True, slots=True)
 class SnapshotRead:
     """Rows read in one consistent snapshot, and the commit timestamp of that snapshot: every

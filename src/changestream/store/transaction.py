@@ -7,7 +7,7 @@ import sqlite3
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any
 
 from changestream.clock import to_datetime
 from changestream.ddl.schema import Table
@@ -31,6 +31,7 @@ from changestream.store.load import SplitLoad, record_load
 from changestream.store.rows import key_condition, normalized_key, restore_nans
 from changestream.store.splits import Split
 from changestream.store.sqlite_layout import exact_forms
+from changestream.store.transaction_api import MutationMethods as MutationMethods
 from changestream.types import COMMIT_TIMESTAMP, normalize, to_sqlite
 from changestream.values import shown
 
@@ -444,57 +445,6 @@ def _overwrite(change: RowChange, after: dict[str, Any] | None, written: set[str
         written = set(after)
     change.after = after
     change.written |= written
-
-
-class MutationMethods:
-    """What every transaction shares (embedded and remote): the four row-writing mutations,
-    buffered by ``_buffer``, and the context manager that commits, or rolls back on an error."""
-
-    _done: bool
-
-    def commit(self) -> dt.datetime:
-        raise NotImplementedError
-
-    def rollback(self) -> None:
-        raise NotImplementedError
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if self._done:
-            return
-        if exc_type is None:
-            self.commit()
-        else:
-            self.rollback()
-
-    def _check_open(self) -> None:
-        if self._done:
-            raise FailedPrecondition("the transaction has already committed or rolled back")
-
-    def _buffer(
-        self, op: str, table: str, columns: Sequence[str], values: Sequence[Sequence[Any]]
-    ) -> None:
-        raise NotImplementedError
-
-    def insert(self, table: str, columns: Sequence[str], values: Sequence[Sequence[Any]]) -> None:
-        """Insert rows; the commit fails with AlreadyExists if any row exists."""
-        self._buffer("insert", table, columns, values)
-
-    def update(self, table: str, columns: Sequence[str], values: Sequence[Sequence[Any]]) -> None:
-        """Update rows; the commit fails with NotFound if any row is missing."""
-        self._buffer("update", table, columns, values)
-
-    def insert_or_update(
-        self, table: str, columns: Sequence[str], values: Sequence[Sequence[Any]]
-    ) -> None:
-        """Insert rows, or update the given columns of rows that exist."""
-        self._buffer("insert_or_update", table, columns, values)
-
-    def replace(self, table: str, columns: Sequence[str], values: Sequence[Sequence[Any]]) -> None:
-        """Insert rows, or replace existing rows whole (columns not given become NULL)."""
-        self._buffer("replace", table, columns, values)
 
 
 class Transaction(MutationMethods):

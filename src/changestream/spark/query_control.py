@@ -1,0 +1,104 @@
+"""Watching and stopping a pipeline's streaming query: the heartbeat ``streams describe``
+shows, a watchdog for stuck micro-batches, stopping between batches, and the frontier a
+batch reached."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming.query import StreamingQuery
+
+from changestream.errors import (
+    ChangeStreamError,
+)
+from changestream.spark.frontier import Frontier
+
+if TYPE_CHECKING:
+    from changestream.spark.pipeline import SparkPipeline
+
+log = logging.getLogger(__name__)
+
+
+class Heartbeat:
+    """Tells the catalog, every ``seconds``, that this process runs the pipeline."""
+
+    def __init__(self, pipeline: SparkPipeline, seconds: float) -> None:
+        self._pipeline, self._seconds = pipeline, seconds
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="pipeline-heartbeat", daemon=True)
+        self._beat_once(True)
+        self._thread.start()
+
+    def _beat_once(self, attached: bool) -> None:
+        try:
+            self._pipeline.catalog.heartbeat(self._pipeline.name, self._pipeline._lag, attached)
+        except ChangeStreamError as exc:  # the stream was deleted, or the source is away
+            log.debug("heartbeat of %s not recorded: %s", self._pipeline.name, exc)
+
+    def _beat(self) -> None:
+        while not self._stopped.wait(self._seconds):
+            self._beat_once(True)
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._thread.join(timeout=10)
+        self._beat_once(False)
+
+
+class Watchdog:
+    """Notices a micro-batch that stays active without finishing for ``timeout`` seconds."""
+
+    def __init__(self, timeout: float) -> None:
+        self._timeout = timeout
+        self._since: float | None = None
+        self._batch: object = None
+
+    def stuck(self, query: StreamingQuery) -> bool:
+        progress = query.lastProgress
+        batch = None if not progress else progress.get("batchId")
+        if not query.status.get("isTriggerActive") or batch != self._batch:
+            self._since, self._batch = None, batch
+            return False
+        if self._since is None:
+            self._since = time.monotonic()
+        return time.monotonic() - self._since > self._timeout
+
+
+def stop_between_batches(query: StreamingQuery, patience: float = 30.0) -> None:
+    """Stop the query, letting a running micro-batch finish first (so it is not replayed)."""
+    try:
+        deadline = time.monotonic() + patience
+        while (
+            query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline
+        ):
+            time.sleep(0.05)
+        if query.isActive:
+            query.stop()
+    except Exception as exc:  # the JVM is gone: nothing left to stop
+        log.debug("stopping the query failed: %s", exc)
+
+
+def stop_session(spark: SparkSession) -> None:
+    try:
+        spark.stop()
+    except Exception as exc:  # the JVM is gone: nothing left to stop
+        log.debug("stopping Spark failed: %s", exc)
+
+
+def frontier_of(query: StreamingQuery) -> int | None:
+    """The commit timestamp through which the last finished micro-batch read every record
+    (the offset's watermark)."""
+    progress = query.lastProgress
+    if not progress or not progress.get("sources"):
+        return None
+    offset: Any = progress["sources"][0].get("endOffset")
+    if isinstance(offset, str):
+        offset = json.loads(offset)
+    if not isinstance(offset, dict):
+        return None
+    return Frontier.from_offset(offset).watermark

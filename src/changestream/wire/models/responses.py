@@ -1,0 +1,299 @@
+"""The bodies the server answers with; unknown fields are accepted, so a newer server may add
+some."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from changestream.store.models import Lease
+from changestream.wire.models.base import Model
+
+
+class Status(Model):
+    status: str
+
+
+class Readiness(Model):
+    status: str
+    databases: int | None = None
+
+
+class NotDatabase(Model):
+    """A file the server found but does not serve, and why."""
+
+    name: str
+    problem: str
+
+
+class DatabaseList(Model):
+    databases: list[str]
+    not_databases: list[NotDatabase] = msgspec.field(default_factory=list)
+
+
+class CommitTimestamp(Model):
+    commit_timestamp: int
+
+
+class Timestamp(Model):
+    timestamp: int
+
+
+class ExecuteUpdateResponse(Model):
+    session: str
+    row_count: int
+
+
+class Rows(Model):
+    rows: list[Any]
+
+
+class SnapshotRows(Model):
+    rows: list[Any]
+    read_timestamp: int
+
+
+class TypeBody(Model):
+    """A column type in the Spanner API's ``Type`` shape; ``length`` for STRING/BYTES(n)."""
+
+    code: str
+    length: int | None = None
+    array_element_type: TypeBody | None = None
+
+
+class ColumnBody(Model):
+    name: str
+    type: TypeBody
+    ordinal: int
+    not_null: bool
+    allow_commit_timestamp: bool
+    #: The DEFAULT constant, in the change records' JSON form of the column's type.
+    default: Any = None
+    #: A generated DEFAULT: ``CURRENT_TIMESTAMP()``, ``CURRENT_DATE()`` or ``GENERATE_UUID()``.
+    default_function: str | None = None
+
+
+class IndexBody(Model):
+    name: str
+    table: str
+    #: (column, descending) pairs.
+    columns: list[tuple[str, bool]]
+    unique: bool
+    null_filtered: bool
+    storing: list[str]
+
+
+class RowDeletionPolicyBody(Model):
+    column: str
+    days: int
+
+
+class TableBody(Model):
+    name: str
+    columns: list[ColumnBody]
+    primary_key: list[str]
+    indexes: list[IndexBody] = msgspec.field(default_factory=list)
+    row_deletion_policy: RowDeletionPolicyBody | None = None
+
+
+class Tables(Model):
+    tables: list[TableBody]
+
+
+class StreamTargetBody(Model):
+    table: str
+    #: The columns named (``FOR T(a, b)``), or null for every column.
+    columns: list[str] | None
+
+
+class ChangeStreamBody(Model):
+    name: str
+    for_all: bool
+    targets: list[StreamTargetBody]
+    retention_seconds: int
+    value_capture_type: str
+    exclude_insert: bool = False
+    exclude_update: bool = False
+    exclude_delete: bool = False
+    allow_txn_exclusion: bool = False
+    exclude_ttl_deletes: bool = False
+
+
+class ChangeStreams(Model):
+    change_streams: list[ChangeStreamBody]
+
+
+class Document(Model):
+    name: str
+    version: int
+    body: Any
+
+
+class Documents(Model):
+    documents: list[Document]
+
+
+class Version(Model):
+    version: int
+
+
+class Deleted(Model):
+    deleted: bool
+
+
+class Inserted(Model):
+    inserted: bool
+
+
+class Entries(Model):
+    entries: list[Any]
+
+
+class Partition(Model):
+    token: str
+    start_timestamp: int
+    end_timestamp: int | None
+    start_key: str
+    end_key: str
+    parent_tokens: list[str]
+    child_tokens: list[str]
+    write_rate: float = 0.0
+
+
+class Partitions(Model):
+    partitions: list[Partition]
+
+
+class ActionBody(Model):
+    """A split (``merge`` false) or merge the split policy made or would make."""
+
+    merge: bool
+    #: The key boundary, in the typed encoding of :mod:`.values`.
+    boundary: Any
+    reason: str
+
+
+class Actions(Model):
+    actions: list[ActionBody]
+
+
+class Consumers(Model):
+    consumers: list[str]
+
+
+class Leases(Model):
+    """Lease rows, each with the seed's columns (``changestream.Lease``)."""
+
+    leases: list[Lease]
+
+
+class MaybeLease(Model):
+    lease: Lease | None
+
+
+class WatchSourceResponse(Model):
+    stream: str
+    database: str
+    now: int
+
+
+class Empty(Model):
+    pass
+
+
+class StreamDefinitionBody(Model):
+    """What a Datastream-style stream reads and where it writes (``StreamDefinition``)."""
+
+    name: str
+    database: str
+    change_stream: str
+    destination: str
+    include: list[str] = msgspec.field(default_factory=list)
+    exclude: list[str] = msgspec.field(default_factory=list)
+    format: str = "json"
+    replica: str | None = None
+    backfill: str = "automatic"
+    file_rotation_mb: float = 50.0
+    file_rotation_interval: float = 60.0
+    replica_dropped_columns: str = "keep"
+    compression: str = "none"
+    replica_mode: str = "merge"
+    #: When the stream was defined: microseconds since the epoch in listings, RFC 3339 text
+    #: in a description.
+    created_at: int | str = 0
+
+
+class StreamSummary(Model):
+    name: str
+    state: str
+    definition: StreamDefinitionBody
+
+
+class ObjectProgressBody(Model):
+    """One object (table) of a stream: its backfill status and the rows backfilled."""
+
+    object: str
+    table: str | None
+    status: str
+    rows: int
+
+
+class PipelineBody(Model):
+    host: str
+    pid: int
+    lag_seconds: float | None
+
+
+class StreamDescription(Model):
+    """A stream for people and scripts; timestamps in RFC 3339."""
+
+    name: str
+    state: str
+    state_changed_at: str
+    definition: StreamDefinitionBody
+    objects: list[ObjectProgressBody]
+    rows_processed: int
+    last_processed_commit_timestamp: str | None
+    cdc_start_timestamp: str | None
+    #: When CDC was last restarted from a chosen position (``--cdc-start``), if ever.
+    cdc_recovered_at: str | None
+    pipeline_attached: bool
+    #: The attached pipeline (null while none is).
+    pipeline: PipelineBody | None
+    lag_seconds: float | None
+
+
+class SplitPolicyBody(Model):
+    """The split policy (see ``changestream.SplitPolicy`` for each setting)."""
+
+    enabled: bool
+    max_rows: int
+    max_write_rate: float
+    window_seconds: float
+    merge_max_rows: int
+    merge_max_write_rate: float
+    min_lifetime_seconds: float
+    check_interval_seconds: float
+
+
+class StreamList(Model):
+    streams: list[StreamSummary]
+
+
+class StreamState(Model):
+    name: str
+    state: str
+
+
+class ErrorDetail(Model):
+    code: str
+    message: str
+    statement: str | None = None
+    position: int | None = None
+
+
+class Error(Model):
+    """Every error: ``code`` is the ``changestream.errors`` class, ``message`` says why."""
+
+    error: ErrorDetail
