@@ -120,3 +120,25 @@ def test_the_demo_tours_use_only_the_public_api() -> None:
         for target in _imports(path) - PUBLIC
     ]
     assert not wrong, "\n".join(wrong)
+
+
+#: The store's modules that hold plain types and the shared transaction surface, not the engine.
+STORE_MODELS = {
+    "changestream.store.models",
+    "changestream.store.keys",
+    "changestream.store.transaction_api",
+}
+
+
+def test_the_remote_client_and_spark_use_no_engine_module() -> None:
+    wrong = []
+    for package in ("remote", "spark"):
+        for path in sorted((SOURCE / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.ImportFrom) and node.module:
+                    module = node.module
+                    if module.startswith(("changestream.embedded", "changestream.server")) or (
+                        module.startswith("changestream.store") and module not in STORE_MODELS
+                    ):
+                        wrong.append(f"{path.relative_to(SOURCE)} imports {module}")
+    assert not wrong, "\n".join(wrong)
