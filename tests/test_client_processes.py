@@ -25,7 +25,7 @@ import pytest
 
 import changestream
 from changestream.client.lease_table import PARTITION_LEASE, ready_leases
-from changestream.client.positions import Position
+from changestream.streams.positions import Position
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from changestream.client.checkpointer import Checkpointer, LeaseLost
 from changestream.client.lease_table import LeaseStatus, describe_leases
-from changestream.client.positions import Position
 from changestream.client.processor import (
     InitializationContext,
     ProcessorFactory,
@@ -25,6 +24,7 @@ from changestream.client.processor import (
     ShutdownReason,
 )
 from changestream.client.worker import StreamClient
+from changestream.streams.positions import Position
 
 __all__ = [
     "Checkpointer",

@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from changestream.client.positions import Position
 from changestream.errors import FailedPrecondition, InvalidArgument
+from changestream.streams.positions import Position
 from changestream.streams.records import DataChangeRecord
 
 if TYPE_CHECKING:

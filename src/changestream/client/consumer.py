@@ -21,7 +21,6 @@ import tenacity
 from changestream.client.checkpointer import Checkpointer, LeaseLost
 from changestream.client.coordinator import ClientConfig, HeldLease, LeaseCoordinator
 from changestream.client.lease_table import checkpoint_of
-from changestream.client.positions import Position
 from changestream.client.processor import (
     InitializationContext,
     ProcessorFactory,
@@ -30,6 +29,7 @@ from changestream.client.processor import (
 )
 from changestream.errors import DatabaseBusy, FailedPrecondition
 from changestream.retry import retrying
+from changestream.streams.positions import Position
 from changestream.streams.records import (
     ChangeRecord,
     ChildPartitionsRecord,

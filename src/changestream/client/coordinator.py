@@ -23,10 +23,10 @@ from changestream.client.lease_table import (
     partition_leases,
     start_position,
 )
-from changestream.client.positions import Position
 from changestream.client.taker import LeaseTaker
 from changestream.clock import now_us
 from changestream.store.models import Lease
+from changestream.streams.positions import Position
 from changestream.streams.records import ChildPartition, ChildPartitionsRecord
 from changestream.streams.roles import LeaseTableLike, StreamClientDatabase
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from changestream.client.positions import Position
 from changestream.store.models import Lease
 from changestream.streams.lineage import parents_finished
+from changestream.streams.positions import Position
 
 PARTITION_LEASE = "PartitionLease"
 STREAM_STATUS = "Stream"

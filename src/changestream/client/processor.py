@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from changestream.client.positions import Position
+from changestream.streams.positions import Position
 from changestream.streams.records import DataChangeRecord
 
 if TYPE_CHECKING:

@@ -50,12 +50,11 @@ from changestream.store.models import (
     check_consumer,
 )
 from changestream.streams.models import Params, Partition, ResultSet, Timestamp
+from changestream.streams.positions import Position
 from changestream.streams.read_function_rows import read_function_rows
 from changestream.streams.records import (
     ChangeRecord,
     ChildPartitionsRecord,
-    DataChangeRecord,
-    HeartbeatRecord,
 )
 from changestream.streams.roles import WatchSource
 from changestream.streams.watch_arguments import WatchCursor
@@ -287,10 +286,10 @@ class RemoteDatabase(WatchableDatabase):
     def _records(
         self, body: models.ReadChangeStreamRequest, response: httpx.Response
     ) -> Iterator[ChangeRecord]:
-        last_data: tuple[int, int] | None = None
-        last_heartbeat: int | None = None
-        #: What had been returned when the current connection was opened (None: first one).
-        resumed: tuple[tuple[int, int] | None, int | None] | None = None
+        #: How far the records returned so far go (None: none yet).
+        position: Position | None = None
+        #: That position when the current connection was opened (None: the first one).
+        resumed: Position | None = None
         try:
             while True:
                 try:
@@ -298,15 +297,14 @@ class RemoteDatabase(WatchableDatabase):
                         kind = line["type"]
                         if kind in _RECORD_TYPES:
                             record = record_from_line(line)
-                            if resumed is not None and _returned(record, *resumed):
+                            if resumed is not None and resumed.covers(record):
                                 continue
-                            if isinstance(record, DataChangeRecord):
-                                last_data = (record.commit_timestamp, int(record.record_sequence))
-                            elif isinstance(record, HeartbeatRecord):
-                                last_heartbeat = record.timestamp
-                            yield record
                             if isinstance(record, ChildPartitionsRecord):
+                                yield record
                                 return  # it ends the query; only the end line can follow
+                            moved = Position.after(record)
+                            position = moved if position is None else max(position, moved)
+                            yield record
                         elif kind == "end":
                             return
                         elif kind == "error":
@@ -316,13 +314,11 @@ class RemoteDatabase(WatchableDatabase):
                 except httpx.TransportError:
                     pass  # cut: carry on from where we are, on a new connection
                 response.close()
-                resumed = (last_data, last_heartbeat)
-                last_ts = None if last_data is None else last_data[0]
-                positions = [t for t in (last_ts, last_heartbeat) if t is not None]
-                if positions:
+                resumed = position
+                if position is not None:
                     # Records of the last transaction may span the cut: start at its timestamp
-                    # and skip what was returned (``_returned``).
-                    body = msgspec.structs.replace(body, start_timestamp=max(positions))
+                    # and skip what was returned (``Position.covers``).
+                    body = msgspec.structs.replace(body, start_timestamp=position.timestamp)
                 response = self._http.open_stream("read_change_stream", body, reconnect=True)
         finally:
             response.close()
@@ -460,17 +456,3 @@ def _rows(response: httpx.Response, lines: Iterator[dict[str, Any]]) -> Iterator
         raise Unavailable(f"the connection broke while receiving the rows: {exc!r}") from exc
     finally:
         response.close()
-
-
-def _returned(
-    record: ChangeRecord, last_data: tuple[int, int] | None, last_heartbeat: int | None
-) -> bool:
-    """Whether a record read after a reconnect was returned before it."""
-    if isinstance(record, DataChangeRecord):
-        key = (record.commit_timestamp, int(record.record_sequence))
-        return (last_data is not None and key <= last_data) or (
-            last_heartbeat is not None and record.commit_timestamp <= last_heartbeat
-        )
-    if isinstance(record, HeartbeatRecord):
-        return last_heartbeat is not None and record.timestamp <= last_heartbeat
-    return False

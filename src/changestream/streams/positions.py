@@ -1,4 +1,6 @@
-"""Positions within one partition, and their text form in the lease table's ``Checkpoint``."""
+"""Positions within one partition: how far a reader has got, what a record moves it to, and
+whether a record is behind it (a reader resuming skips those); with their text form, kept in
+the Stream Client's lease table as ``Checkpoint``."""
 
 from __future__ import annotations
 
@@ -6,7 +8,7 @@ from dataclasses import dataclass
 
 from changestream.clock import format_ts
 from changestream.errors import InvalidArgument
-from changestream.streams.records import DataChangeRecord
+from changestream.streams.records import ChangeRecord, DataChangeRecord, HeartbeatRecord
 
 #: Above every record sequence (they have eight digits): past every record at a timestamp.
 AFTER_ALL = 99_999_999
@@ -30,6 +32,21 @@ class Position:
     def of(record: DataChangeRecord) -> Position:
         """The position just after ``record``."""
         return Position(record.commit_timestamp, int(record.record_sequence))
+
+    @staticmethod
+    def after(record: DataChangeRecord | HeartbeatRecord) -> Position:
+        """Where ``record`` moves a reader: just after a data change; after every record at
+        or before a heartbeat's timestamp."""
+        if isinstance(record, DataChangeRecord):
+            return Position.of(record)
+        return Position.through(record.timestamp)
+
+    def covers(self, record: ChangeRecord) -> bool:
+        """Whether ``record`` is at or behind this position (a child partitions record, which
+        ends a partition, never is)."""
+        if isinstance(record, DataChangeRecord | HeartbeatRecord):
+            return Position.after(record) <= self
+        return False
 
     @staticmethod
     def before(timestamp: int) -> Position:
