@@ -171,7 +171,7 @@ def demo(seconds: float) -> None:
         path, view_path = str(Path(tmp) / "bank.db"), str(Path(tmp) / "bank-view.db")
         setup(path)
         with changestream.open(path) as db:
-            start = db.catalog().stream(STREAM).created_ts
+            start = min(p.start_timestamp for p in db.partition_history(STREAM))
             # Workers normally run in processes of their own (see `work`); threads share one.
             workers = [work(db, f"worker-{i}", view_path, start) for i in (1, 2, 3)]
             for worker in workers:
