@@ -10,11 +10,11 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from changestream import Database
 from changestream.cli.common import open_database
 from changestream.client import LeaseStatus, describe_leases
 from changestream.clock import now_us
 from changestream.render import short_token
+from changestream.streams.roles import LeaseStore
 
 COLUMNS = ("consumer", "partition", "parents", "owner", "stealer", "checkpoint", "lag", "state")
 
@@ -38,7 +38,7 @@ def _cells(consumer: str, status: LeaseStatus) -> tuple[str, ...]:
     )
 
 
-def lease_rows(db: Database, stream: str, consumer: str | None) -> list[tuple[str, ...]]:
+def lease_rows(db: LeaseStore, stream: str, consumer: str | None) -> list[tuple[str, ...]]:
     """One row of cells per partition lease, for one consumer group or all of them."""
     consumers = [consumer] if consumer is not None else db.lease_consumers(stream)
     now = now_us()

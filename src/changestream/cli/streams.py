@@ -17,13 +17,13 @@ from changestream.datastream import StreamCatalog, StreamDefinition, discover
 from changestream.datastream.validation import Check, CheckStatus, refuse_on_failure
 from changestream.ddl.schema import options_text
 from changestream.errors import InvalidArgument
-from changestream.streams.interface import Database
+from changestream.streams.roles import Named
 
 _DB_HELP = "The source database (a file PATH or an http(s):// URL); it holds the streams too."
 _JSON_HELP = "Print JSON instead of a table."
 
 
-def _source(path: str, db: Database) -> str:
+def _source(path: str, db: Named) -> str:
     """The source as the definition stores it: as given, but a server URL without a database
     name gets the served database's name, so the stream's object names are fixed."""
     parsed = urllib.parse.urlsplit(path)
