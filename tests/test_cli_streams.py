@@ -138,6 +138,9 @@ def test_cli_errors(target: tuple[str, changestream.EmbeddedDatabase]) -> None:
     assert "compression 'gzip' is for JSON files" in fails(
         *base, "--change-stream", "Everything", "--format", "avro", "--compression", "gzip"
     )
+    assert "schema_file 'avro' is for JSON files" in fails(
+        *base, "--change-stream", "Everything", "--format", "avro", "--schema-file", "avro"
+    )
     result = run(*base, "--change-stream", "Everything", "--replica-dropped-columns", "hide")
     assert result.exit_code == 2 and "'hide' is not one of 'keep', 'drop'" in result.output
     with pytest.raises(changestream.InvalidArgument, match="replica_dropped_columns must be"):

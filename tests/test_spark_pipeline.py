@@ -639,3 +639,40 @@ def test_start_status_and_stop_drive_a_pipeline_without_a_thread_of_ones_own(
     with changestream.open(path) as db:  # stop() leaves the stream's state alone
         assert StreamCatalog(db).get("s1").state.value == "Running"
     assert pipeline.wait(1) == final
+
+
+def test_json_files_come_with_an_avro_schema_file_per_schema_key(
+    spark: Any, tmp_path: Path
+) -> None:
+    import fastavro
+
+    path = str(tmp_path / "source.db")
+    _create_items(path, rows=20)
+    _stream(path, tmp_path, schema_file="avro")
+    _run(spark, path)
+    with changestream.open(path) as db:
+        db.execute_ddl("ALTER TABLE Items ADD COLUMN Note STRING(MAX)")
+        with db.transaction() as tx:
+            tx.insert("Items", ["Id", "Name", "Qty", "Note"], [[100, "n", 1, "new shape"]])
+    _run(spark, path)
+    events = _events(tmp_path / "events")
+    keys = {(e["object"], e["schema_key"]) for e in events}
+    assert len(keys) == 2  # the table before and after the column was added
+    shapes = []
+    for obj, key in keys:
+        schema_file = tmp_path / "events" / obj / "_schemas" / f"{key}.avsc"
+        schema = fastavro.parse_schema(orjson.loads(schema_file.read_bytes()))
+        payload = next(f for f in schema["fields"] if f["name"] == "payload")
+        names = {f["name"] for f in payload["type"]["fields"]}
+        assert all(set(e["payload"]) <= names for e in events if e["schema_key"] == key)
+        shapes.append("Note" in names)
+    assert sorted(shapes) == [False, True]  # one schema before the column, one after
+    with pytest.raises(changestream.InvalidArgument, match="schema_file 'avro' is for JSON"):
+        StreamDefinition(
+            name="s2",
+            database=path,
+            change_stream="Everything",
+            destination="x",
+            format="avro",
+            schema_file="avro",
+        )

@@ -133,11 +133,14 @@ def test_update_changes_only_what_is_given_and_validates(shop: str) -> None:
     assert (code, out) == (0, "updated stream s: file_rotation_mb, include\n")
     code, out = cli("streams", "update", "s", "--db", shop, "--include", "Orders,Nope")
     assert code == 2 and "table 'Nope' does not exist" in out
+    code, out = cli("streams", "update", "s", "--db", shop, "--schema-file", "avro")
+    assert (code, out) == (0, "updated stream s: schema_file\n")
     with changestream.open(shop) as db:
         catalog = StreamCatalog(db)
         definition = catalog.get("s").definition
         assert (definition.include, definition.file_rotation_mb) == (("Orders", "Customers"), 5)
         assert definition.destination == "out" and definition.format == "json"
+        assert definition.schema_file == "avro"
         with pytest.raises(changestream.InvalidArgument, match="destination cannot change"):
             catalog.update("s", destination="elsewhere")
         with pytest.raises(changestream.InvalidArgument, match="unexpected keyword"):

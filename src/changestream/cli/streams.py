@@ -120,6 +120,14 @@ _FORCE = click.option("--force", is_flag=True, help="Skip validation.")
     help="Compress JSON event files with gzip (.jsonl.gz).",
 )
 @click.option(
+    "--schema-file",
+    type=click.Choice(["none", "avro"]),
+    default="none",
+    show_default=True,
+    help="With JSON files: also write the Avro schema of each schema_key the events carry, "
+    "as <destination>/<object>/_schemas/<schema_key>.avsc.",
+)
+@click.option(
     "--replica-mode",
     type=click.Choice(["merge", "append-only"]),
     default="merge",
@@ -143,6 +151,7 @@ def create(
     file_rotation_interval: float,
     replica_dropped_columns: str,
     compression: str,
+    schema_file: str,
     replica_mode: str,
     validate_only: bool,
     force: bool,
@@ -172,6 +181,7 @@ def create(
             file_rotation_interval=file_rotation_interval,
             replica_dropped_columns=replica_dropped_columns,
             compression=compression,
+            schema_file=schema_file,
             replica_mode=replica_mode,
         )
         catalog = StreamCatalog(db)
@@ -193,6 +203,7 @@ def create(
 @click.option("--exclude", metavar="T3", help="Leave these tables out ('' for none).")
 @click.option("--format", "file_format", type=click.Choice(["json", "avro"]), help="For new files.")
 @click.option("--compression", type=click.Choice(["none", "gzip"]), help="For new JSON files.")
+@click.option("--schema-file", type=click.Choice(["none", "avro"]), help="For new JSON files.")
 @click.option("--file-rotation-mb", type=float, help="Close event files at this many MB.")
 @click.option("--file-rotation-interval", type=float, metavar="SECONDS", help="...or this age.")
 @click.option("--backfill", type=click.Choice(["automatic", "none"]), help="For added objects.")
@@ -206,6 +217,7 @@ def update(
     exclude: str | None,
     file_format: str | None,
     compression: str | None,
+    schema_file: str | None,
     file_rotation_mb: float | None,
     file_rotation_interval: float | None,
     backfill: str | None,
@@ -226,6 +238,7 @@ def update(
         "exclude": None if exclude is None else _names(exclude),
         "format": file_format,
         "compression": compression,
+        "schema_file": schema_file,
         "file_rotation_mb": file_rotation_mb,
         "file_rotation_interval": file_rotation_interval,
         "backfill": backfill,

@@ -23,6 +23,8 @@ COMPRESSIONS = ("none", "gzip")
 #: How a replica is written (Datastream's BigQuery write modes): one row per key equal to the
 #: source, or every event appended (the history).
 REPLICA_MODES = ("merge", "append-only")
+#: A schema file beside JSON event files: none, or an Avro schema per ``schema_key``.
+SCHEMA_FILES = ("none", "avro")
 #: What the Delta replica does with a column dropped from its source table.
 DROPPED_COLUMN_MODES = ("keep", "drop")
 #: Value capture types whose data change records carry the whole new row, as events must.
@@ -76,7 +78,9 @@ class StreamDefinition:
     first event is ``file_rotation_interval`` seconds old (Datastream's rotation settings; a
     slow trickle makes about one file per object per interval). ``backfill="automatic"``
     emits every existing row before the changes, ``"none"`` only the changes.
-    ``compression="gzip"`` writes JSON files as ``.jsonl.gz``. ``replica_mode``: ``"merge"``
+    ``compression="gzip"`` writes JSON files as ``.jsonl.gz``; ``schema_file="avro"`` writes,
+    beside them, the Avro schema of each ``schema_key`` the events carry
+    (``<destination>/<object>/_schemas/<schema_key>.avsc``). ``replica_mode``: ``"merge"``
     (one row per key, equal to the source) or ``"append-only"`` (every event a row).
     ``replica_dropped_columns`` says what the replica does with a column dropped from the
     source: ``"keep"`` it (nullable, with the values it had) or ``"drop"`` it (the Delta table
@@ -97,6 +101,7 @@ class StreamDefinition:
     replica_dropped_columns: str = "keep"
     compression: str = "none"
     replica_mode: str = "merge"
+    schema_file: str = "none"
     created_at: int = 0
 
     def __post_init__(self) -> None:
@@ -117,6 +122,7 @@ class StreamDefinition:
             ("backfill", BACKFILL_MODES),
             ("replica_mode", REPLICA_MODES),
             ("compression", COMPRESSIONS),
+            ("schema_file", SCHEMA_FILES),
             ("replica_dropped_columns", DROPPED_COLUMN_MODES),
         ):
             value = getattr(self, label)
@@ -126,6 +132,11 @@ class StreamDefinition:
             raise InvalidArgument(
                 f"compression {self.compression!r} is for JSON files; Avro files compress "
                 "their own blocks"
+            )
+        if self.schema_file != "none" and self.format != "json":
+            raise InvalidArgument(
+                f"schema_file {self.schema_file!r} is for JSON files; Avro files carry their "
+                "own schema"
             )
         for label, low, high in (
             ("file_rotation_mb", 0.001, 1024.0),

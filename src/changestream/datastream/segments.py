@@ -36,6 +36,7 @@ import fastavro
 import orjson
 
 from changestream.clock import to_datetime
+from changestream.datastream.avro import avro_schema
 from changestream.datastream.events import Event
 from changestream.datastream.files import EXTENSIONS, EventFile, sync_directories
 
@@ -43,6 +44,8 @@ CDC_LANE: Final = "cdc"
 BACKFILL_LANE: Final = "backfill"
 SEGMENT_SUFFIX: Final = ".seg"
 _INTENT = "_publishing.json"
+#: A lane's Avro schema (and its schema key), published beside its JSON files when asked.
+_SCHEMA = "_schema.json"
 _LEDGER = "_published.json"
 _NAMESPACE = uuid.UUID("5f0c62c4-9d0e-4b7a-8f59-5d9e4f0a7c31")
 
@@ -82,9 +85,17 @@ class SegmentWriter:
     """
 
     def __init__(
-        self, root: Path, format: str, max_file_bytes: int, lane: str, seq: int, task: int
+        self,
+        root: Path,
+        format: str,
+        max_file_bytes: int,
+        lane: str,
+        seq: int,
+        task: int,
+        schema_files: bool = False,
     ) -> None:
         self.root, self.format, self.max_file_bytes = root, format, max_file_bytes
+        self.schema_files = schema_files
         self.lane, self.seq, self.task = lane, seq, task
         self._open: dict[tuple[str, str], tuple[EventFile, int]] = {}
         self._parts: dict[tuple[str, str], int] = {}
@@ -109,6 +120,9 @@ class SegmentWriter:
         self._parts[lane] = part + 1
         directory = lane_directory(self.root, event.object, self.lane, event.schema_key)
         directory.mkdir(parents=True, exist_ok=True)
+        if self.schema_files and not (directory / _SCHEMA).exists():
+            schema = {"schema_key": event.schema_key, "schema": avro_schema(event.table)}
+            _write_json(directory / _SCHEMA, schema)
         name = segment_name(self.seq, self.task, part, event.read_timestamp, self.format)
         started = (EventFile(directory / name, self.format, event, self.max_file_bytes), 0)
         self._open[lane] = started
@@ -172,6 +186,7 @@ def publish_lane(
     """Publish every pending segment of the lane at ``directory`` into event files under
     ``destination``; returns the files written."""
     finish_intent(directory, destination)
+    _publish_schema(directory, destination)
     written: list[Path] = []
     for group in _groups(_pending(directory), max_file_bytes):
         first = group[0]
@@ -184,6 +199,18 @@ def publish_lane(
         finish_intent(directory, destination)
         written.append(target)
     return written
+
+
+def _publish_schema(directory: Path, destination: Path) -> None:
+    """The lane's schema file, once, as ``<object>/_schemas/<schema_key>.avsc`` (a name the
+    schema key fixes, so lanes and replays of the same schema write the same file)."""
+    if not (directory / _SCHEMA).exists():
+        return
+    found = orjson.loads((directory / _SCHEMA).read_bytes())
+    target = destination / directory.parent.name / "_schemas" / f"{found['schema_key']}.avsc"
+    if not target.exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        _write_json(target, found["schema"])
 
 
 def finish_intent(directory: Path, destination: Path) -> None:

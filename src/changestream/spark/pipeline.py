@@ -421,6 +421,7 @@ class SparkPipeline:
             replica=self.definition.replica,
             drop_dropped_columns=self.definition.replica_dropped_columns == "drop",
             append_only=self.definition.replica_mode == "append-only",
+            schema_files=self.definition.schema_file == "avro",
         )
 
     def _tables(self) -> dict[str, Table]:

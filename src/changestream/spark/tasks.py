@@ -76,9 +76,18 @@ class TaskPlan:
     replica: str | None
     drop_dropped_columns: bool = False
     append_only: bool = False
+    schema_files: bool = False
 
     def writer(self, lane: str, seq: int, task: int) -> SegmentWriter:
-        return SegmentWriter(Path(self.segments), self.format, self.max_file_bytes, lane, seq, task)
+        return SegmentWriter(
+            Path(self.segments),
+            self.format,
+            self.max_file_bytes,
+            lane,
+            seq,
+            task,
+            self.schema_files,
+        )
 
     @functools.cached_property
     def replicas(self) -> dict[str, DeltaReplica]:

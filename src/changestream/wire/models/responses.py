@@ -219,6 +219,7 @@ class StreamDefinitionBody(Model):
     replica_dropped_columns: str = "keep"
     compression: str = "none"
     replica_mode: str = "merge"
+    schema_file: str = "none"
     #: When the stream was defined: microseconds since the epoch in listings, RFC 3339 text
     #: in a description.
     created_at: int | str = 0
