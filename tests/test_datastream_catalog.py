@@ -334,9 +334,21 @@ def test_validation_errors(source: tuple[changestream.Database, str]) -> None:
         match=r"'WholeRows' does not watch table 'Audit' \(it watches: Orders, Users",
     ):
         catalog.create(definition(path, change_stream="WholeRows", include=["Audit"]))
-    with pytest.raises(FailedPrecondition, match="watches only some columns of 'Orders'"):
+    with pytest.raises(
+        FailedPrecondition,
+        match=r"does not watch column\(s\) Item of 'Orders'.*--include \"Orders\(Id,Qty\)\"",
+    ):
         catalog.create(definition(path, change_stream="Partial"))
-    # ... which excluding that table fixes.
+    with pytest.raises(NotFound, match=r"table 'Orders' has no column\(s\) Colour \(columns: Id"):
+        catalog.create(definition(path, change_stream="Partial", include="Orders(Colour)"))
+    with pytest.raises(InvalidArgument, match="exclude takes whole tables"):
+        definition(path, exclude="Orders(Qty)")
+    # ... which keeping only the columns it watches, or excluding that table, fixes.
+    kept = definition(path, name="kept", change_stream="Partial", include="Orders(Qty), Users")
+    assert kept.include == ("Orders(Qty)", "Users")
+    catalog.create(kept)
+    assert [c.name for c in kept.tables(db)[0].columns] == ["Id", "Qty"]
+    catalog.delete("kept")
     catalog.create(definition(path, change_stream="Partial", exclude=["Orders"]))
     with pytest.raises(FailedPrecondition, match="would stream no table"):
         catalog.create(

@@ -676,3 +676,30 @@ def test_json_files_come_with_an_avro_schema_file_per_schema_key(
             format="avro",
             schema_file="avro",
         )
+
+
+def test_an_include_list_with_columns_keeps_only_those_in_events_and_replica(
+    spark: Any, tmp_path: Path
+) -> None:
+    path = str(tmp_path / "source.db")
+    _create_items(path, rows=10)  # backfilled
+    _stream(path, tmp_path, include="Items(Name)")
+    with changestream.open(path) as db, db.transaction() as tx:  # CDC: insert, update, delete
+        tx.insert("Items", ["Id", "Name", "Qty"], [[50, "new", 5]])
+        tx.update("Items", ["Id", "Qty"], [[1, 100]])
+        tx.delete("Items", [[2]])
+    _run(spark, path)
+    events = _events(tmp_path / "events")
+    assert {e["read_method"] for e in events} == {"changestream-backfill", "changestream-cdc"}
+    assert all(set(e["payload"]) == {"Id", "Name"} for e in events)  # the key is always kept
+    assert len([e for e in events if e["read_method"] == "changestream-cdc"]) == 3
+    with changestream.open(path) as db:
+        (kept,) = StreamCatalog(db).get("s1").definition.tables(db)
+        expected = sorted((row[0], row[1]) for row in db.read("Items"))
+    assert [c.name for c in kept.columns] == ["Id", "Name"]
+    replica = DeltaReplica(tmp_path / "replica", "source", kept)
+    assert sorted(replica.read_rows()) == expected
+    columns = {
+        f.name for f in DeltaTable(str(tmp_path / "replica" / "source_Items")).schema().fields
+    }
+    assert "Qty" not in columns and {"Id", "Name"} <= columns

@@ -14,6 +14,7 @@ from rich.table import Table
 from changestream.cli.common import json_line, open_database
 from changestream.clock import format_ts
 from changestream.datastream import StreamCatalog, StreamDefinition, discover
+from changestream.datastream.definition import parse_names
 from changestream.datastream.validation import Check, CheckStatus, refuse_on_failure
 from changestream.ddl.schema import options_text
 from changestream.errors import InvalidArgument
@@ -32,8 +33,8 @@ def _source(path: str, db: Named) -> str:
     return path
 
 
-def _names(text: str | None) -> tuple[str, ...]:
-    return () if text is None else tuple(p.strip() for p in text.split(",") if p.strip())
+def _names(text: str | None, what: str = "include") -> tuple[str, ...]:
+    return () if text is None else parse_names(text, what)
 
 
 def _print(renderable: Any) -> None:
@@ -78,8 +79,9 @@ _FORCE = click.option("--force", is_flag=True, help="Skip validation.")
 @click.option("--replica", metavar="DIR", help="Keep Delta Lake replica tables in DIR.")
 @click.option(
     "--include",
-    metavar="T1,T2",
-    help="Only these tables (default: every table the change stream watches).",
+    metavar="T1,T2(c1,c2)",
+    help="Only these tables (default: every table the change stream watches); a column list "
+    "in parentheses keeps only those columns (and the key) in events and replicas.",
 )
 @click.option("--exclude", metavar="T3", help="Leave these tables out (comma-separated).")
 @click.option(
@@ -172,7 +174,7 @@ def create(
             database=_source(db_path, db),
             change_stream=change_stream,
             include=_names(include),
-            exclude=_names(exclude),
+            exclude=_names(exclude, "exclude"),
             destination=destination,
             format=file_format,
             replica=replica,
@@ -199,7 +201,11 @@ def create(
 @streams.command()
 @click.argument("name")
 @click.option("--db", "db_path", required=True, metavar="PATH_OR_URL", help=_DB_HELP)
-@click.option("--include", metavar="T1,T2", help="Only these tables ('' for every watched one).")
+@click.option(
+    "--include",
+    metavar="T1,T2(c1,c2)",
+    help="Only these tables, or columns of them ('' for every watched one).",
+)
 @click.option("--exclude", metavar="T3", help="Leave these tables out ('' for none).")
 @click.option("--format", "file_format", type=click.Choice(["json", "avro"]), help="For new files.")
 @click.option("--compression", type=click.Choice(["none", "gzip"]), help="For new JSON files.")
@@ -235,7 +241,7 @@ def update(
     """
     given: dict[str, Any] = {
         "include": None if include is None else _names(include),
-        "exclude": None if exclude is None else _names(exclude),
+        "exclude": None if exclude is None else _names(exclude, "exclude"),
         "format": file_format,
         "compression": compression,
         "schema_file": schema_file,

@@ -7,7 +7,7 @@ import os
 import re
 import urllib.parse
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from changestream.clock import format_ts
@@ -56,14 +56,55 @@ def object_name(schema: str, table: str) -> str:
     return f"{schema}_{table}"
 
 
-def _names(value: Iterable[str] | str, what: str) -> tuple[str, ...]:
+#: One entry of an include list: a table, with the columns to keep in parentheses or not.
+_ENTRY = re.compile(r"\s*([^,()\s]+)\s*(?:\(([^()]*)\))?\s*(?:,|$)")
+
+
+def parse_names(value: Iterable[str] | str, what: str) -> tuple[str, ...]:
+    """Table names (``exclude``), or table names with optional column lists (``include``:
+    ``"Orders(OrderId,Amount),Customers"``), each in the form ``T`` or ``T(c1,c2)``."""
     if isinstance(value, str):
-        value = [part.strip() for part in value.split(",") if part.strip()]
+        entries: list[str] = []
+        position = 0
+        text = value.strip()
+        while position < len(text):
+            if text[position] in ", ":  # empty entries (a trailing comma, say) are skipped
+                position += 1
+                continue
+            found = _ENTRY.match(text, position)
+            if found is None or found.end() == position:
+                raise InvalidArgument(
+                    f"{what} must look like T1,T2(c1,c2) (table names, columns in "
+                    f"parentheses), got {value!r}"
+                )
+            entries.append(_entry(found.group(1), found.group(2), what))
+            position = found.end()
+        value = entries
     names = tuple(value)
     for name in names:
         if not isinstance(name, str) or not name:
             raise InvalidArgument(f"{what} must be table names, got {name!r}")
+        _, columns = table_and_columns(name)
+        if columns is not None and what != "include":
+            raise InvalidArgument(f"{what} takes whole tables, got {name!r}")
     return names
+
+
+def _entry(table: str, columns: str | None, what: str) -> str:
+    if columns is None:
+        return table
+    names = [c.strip() for c in columns.split(",") if c.strip()]
+    if not names:
+        raise InvalidArgument(f"{what}: {table}() names no column")
+    return f"{table}({','.join(names)})"
+
+
+def table_and_columns(entry: str) -> tuple[str, tuple[str, ...] | None]:
+    """An include entry's table, and the columns it keeps (None: all of them)."""
+    table, paren, rest = entry.partition("(")
+    if not paren:
+        return entry, None
+    return table, tuple(c.strip() for c in rest.rstrip(")").split(",") if c.strip())
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -106,8 +147,8 @@ class StreamDefinition:
 
     def __post_init__(self) -> None:
         # Lists and "T1,T2" text are accepted for convenience; the stored form is tuples.
-        object.__setattr__(self, "include", _names(self.include, "include"))
-        object.__setattr__(self, "exclude", _names(self.exclude, "exclude"))
+        object.__setattr__(self, "include", parse_names(self.include, "include"))
+        object.__setattr__(self, "exclude", parse_names(self.exclude, "exclude"))
         if not isinstance(self.name, str) or not NAME_PATTERN.fullmatch(self.name):
             raise InvalidArgument(
                 "a stream name is 1 to 63 letters, digits, '_' or '-', starting with a letter; "
@@ -156,7 +197,7 @@ class StreamDefinition:
                 "replica and destination must be different directories (event files and "
                 f"Delta tables would mix), both are {self.destination!r}"
             )
-        both = sorted(set(self.include) & set(self.exclude))
+        both = sorted({table_and_columns(e)[0] for e in self.include} & set(self.exclude))
         if both:
             raise InvalidArgument(
                 f"table(s) {', '.join(both)} are both included and excluded; name each in one"
@@ -234,8 +275,9 @@ class StreamDefinition:
                 "SET OPTIONS (value_capture_type = 'NEW_ROW_AND_OLD_VALUES')"
             )
         tables = {t.name: t for t in db.tables()}
+        kept = dict(table_and_columns(e) for e in self.include)
         if strict:
-            for name in (*self.include, *self.exclude):
+            for name in (*kept, *self.exclude):
                 if name not in tables:
                     known = ", ".join(sorted(tables)) or "none"
                     raise NotFound(
@@ -243,31 +285,50 @@ class StreamDefinition:
                     )
         watched = [n for n in sorted(tables) if change_stream.target_for(n) is not None]
         if strict:
-            for name in self.include:
+            for name in kept:
                 if name not in watched:
                     raise FailedPrecondition(
                         f"stream {self.name!r}: change stream {change_stream.name!r} does not "
                         f"watch table {name!r} (it watches: {', '.join(watched) or 'none'})"
                     )
-        chosen = [
-            n for n in watched if (not self.include or n in self.include) and n not in self.exclude
-        ]
+        chosen = [n for n in watched if (not kept or n in kept) and n not in self.exclude]
+        projected = {n: _projection(self.name, tables[n], kept.get(n), strict) for n in chosen}
         if strict:
             for name in chosen:
                 target = change_stream.target_for(name)
                 assert target is not None
-                if target.columns is not None:
+                if target.columns is None:
+                    continue
+                tracked = set(target.columns) | set(tables[name].primary_key)
+                missing = [c.name for c in projected[name].columns if c.name not in tracked]
+                if missing:
                     raise FailedPrecondition(
-                        f"stream {self.name!r}: change stream {change_stream.name!r} watches "
-                        f"only some columns of {name!r}, but events carry the whole row; "
-                        f"watch it whole (FOR {name}) or exclude it"
+                        f"stream {self.name!r}: change stream {change_stream.name!r} does not "
+                        f"watch column(s) {', '.join(missing)} of {name!r}; watch the table "
+                        f"whole (FOR {name}), or keep only the columns it watches: "
+                        f'--include "{name}({",".join(sorted(tracked))})"'
                     )
             if not chosen and not change_stream.for_all:
                 raise FailedPrecondition(
                     f"stream {self.name!r} would stream no table: change stream "
                     f"{change_stream.name!r} watches {', '.join(watched) or 'none'}"
                 )
-        return [tables[n] for n in chosen]
+        return [projected[n] for n in chosen]
+
+
+def _projection(stream: str, table: Table, columns: tuple[str, ...] | None, strict: bool) -> Table:
+    """``table`` with only ``columns`` and its key (all of it when None). A column that does
+    not exist is an error when ``strict``, else left out (it was dropped since)."""
+    if columns is None:
+        return table
+    unknown = [c for c in columns if table.column(c) is None]
+    if unknown and strict:
+        raise NotFound(
+            f"stream {stream!r}: table {table.name!r} has no column(s) {', '.join(unknown)} "
+            f"(columns: {', '.join(c.name for c in table.columns)})"
+        )
+    keep = set(columns) | set(table.primary_key)
+    return replace(table, columns=tuple(c for c in table.columns if c.name in keep), indexes=())
 
 
 def _same_dir(a: str, b: str) -> bool:

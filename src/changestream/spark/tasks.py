@@ -226,7 +226,9 @@ class BackfillTask:
         db = changestream.open_path_or_url(self.database, self.token)
         try:
             for chunk in chunks:
-                snapshot = db.read_snapshot(self.table, chunk.key_range())
+                # The stream's own columns of the table (an include list may keep only some).
+                columns = [c.name for c in table.columns]
+                snapshot = db.read_snapshot(self.table, chunk.key_range(), columns)
                 at = snapshot.read_timestamp
                 events = backfill_events(
                     self.plan.stream_name, self.plan.schema, table, snapshot.rows, at, at
