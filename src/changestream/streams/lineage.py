@@ -121,11 +121,11 @@ class PartitionWalk:
         self._end = None if end is None else parse_ts(end, "end")
         self._heartbeat_ms = heartbeat_milliseconds
         self._lock = threading.Condition()
-        self._parents: dict[str, tuple[str, ...]] = {}
-        self._starts: dict[str, int] = {}
+        # Children announced but not ready yet: their parents and where they start.
+        self._waiting: dict[str, tuple[tuple[str, ...], int]] = {}
         self._finished: set[str] = set()
         self._known: set[str] = set()  # given out or queued
-        self._ready: deque[str] = deque()
+        self._ready: deque[tuple[str, tuple[str, ...], int]] = deque()
         self._given: list[WalkedPartition] = []
         (first,) = db.read_change_stream(stream, start, end)
         assert isinstance(first, ChildPartitionsRecord)
@@ -139,8 +139,8 @@ class PartitionWalk:
         while True:
             with self._lock:
                 if self._ready:
-                    token = self._ready.popleft()
-                    given = WalkedPartition(self, token, self._starts[token], self._parents[token])
+                    token, parents, start = self._ready.popleft()
+                    given = WalkedPartition(self, token, start, parents)
                     self._given.append(given)
                     return given
                 self._given = [p for p in self._given if p.state in ("new", "reading")]
@@ -171,8 +171,9 @@ class PartitionWalk:
     def _announce(self, record: ChildPartitionsRecord) -> None:
         with self._lock:
             for child in record.child_partitions:
-                self._parents.setdefault(child.token, child.parent_partition_tokens)
-                self._starts.setdefault(child.token, record.start_timestamp)
+                if child.token not in self._known:  # a merge child is announced by each parent
+                    entry = (child.parent_partition_tokens, record.start_timestamp)
+                    self._waiting.setdefault(child.token, entry)
 
     def _done_reading(self, partition: WalkedPartition, completed: bool) -> None:
         with self._lock:
@@ -185,10 +186,15 @@ class PartitionWalk:
             self._lock.notify_all()
 
     def _queue_ready(self) -> None:
-        for child, parents in self._parents.items():
-            if child not in self._known and parents_finished(parents, self._finished):
-                self._known.add(child)
-                self._ready.append(child)
+        ready = [
+            child
+            for child, (parents, _) in self._waiting.items()
+            if parents_finished(parents, self._finished)
+        ]
+        for child in ready:
+            parents, start = self._waiting.pop(child)
+            self._known.add(child)
+            self._ready.append((child, parents, start))
 
 
 def walk_partitions(
