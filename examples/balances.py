@@ -21,6 +21,7 @@ Or by hand, in several terminals, to watch leases move when workers start and st
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import random
 import signal
@@ -81,7 +82,11 @@ class BalanceProcessor(RecordProcessor):
 
 def open_view(path: str) -> sqlite3.Connection:
     view = sqlite3.connect(path, timeout=30)
-    view.execute("PRAGMA journal_mode=WAL")
+    # WAL is the file's mode, set once. Workers opening the view at the same moment race to
+    # set it, and SQLite refuses the losers at once (no busy wait): one winner is enough.
+    if view.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+        with contextlib.suppress(sqlite3.OperationalError):
+            view.execute("PRAGMA journal_mode=WAL")
     view.execute(
         "CREATE TABLE IF NOT EXISTS balances"
         " (account TEXT PRIMARY KEY, balance INTEGER NOT NULL, as_of INTEGER NOT NULL)"
