@@ -42,6 +42,8 @@ from changestream.streams.records import (
     DataChangeRecord,
     HeartbeatRecord,
     Mod,
+    RecordActions,
+    data_changes,
 )
 from changestream.streams.sandbox import SqlSandbox
 from changestream.types import COMMIT_TIMESTAMP
@@ -148,6 +150,7 @@ __all__ = [
     "OutOfRange",
     "Partition",
     "PartitionWalk",
+    "RecordActions",
     "ResourceExhausted",
     "ResultSet",
     "SqlLimits",
@@ -157,6 +160,7 @@ __all__ = [
     "WalkedPartition",
     "__version__",
     "connect",
+    "data_changes",
     "open",
     "open_path_or_url",
     "parents_finished",

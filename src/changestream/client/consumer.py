@@ -266,7 +266,7 @@ class PartitionConsumer:
                     and Position.of(record) <= start
                 ):
                     continue
-                if not mailbox.put(record) or isinstance(record, ChildPartitionsRecord):
+                if not mailbox.put(record) or record.ends_partition:
                     return
             # A live read ends only with child partitions; anything else would lose the rest.
             raise FailedPrecondition(

@@ -27,7 +27,7 @@ from changestream.client.taker import LeaseTaker
 from changestream.clock import now_us
 from changestream.store.models import Lease
 from changestream.streams.positions import Position
-from changestream.streams.records import ChildPartition, ChildPartitionsRecord
+from changestream.streams.records import ChildPartition
 from changestream.streams.roles import LeaseTableLike, StreamClientDatabase
 
 log = logging.getLogger("changestream.client")
@@ -184,8 +184,8 @@ class LeaseCoordinator:
             self._config.heartbeat_milliseconds,
         )
         for record in records:
-            if isinstance(record, ChildPartitionsRecord):
-                self.insert_children(record.start_timestamp, record.child_partitions)
+            if record.ends_partition:
+                self.insert_children(record.timestamp, record.children)
         self._table.update(replace(status, checkpoint=DISCOVERED))
 
     def insert_children(self, start: int, children: tuple[ChildPartition, ...]) -> None:

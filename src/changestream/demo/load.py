@@ -11,7 +11,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from changestream import DataChangeRecord, EmbeddedDatabase, walk_partitions
+from changestream import EmbeddedDatabase, data_changes, walk_partitions
 from changestream.clock import format_ts, now_us
 
 HOT_KEYS = range(900, 1000)
@@ -112,8 +112,7 @@ def _check_every_mod(db: EmbeddedDatabase, start: int, written: int, console: Co
     mods = 0
     for partition in walk_partitions(db, "OrdersStream", start, end, 1000):
         partitions += 1
-        for record in partition.records():
-            if isinstance(record, DataChangeRecord):
-                mods += len(record.mods)
+        for record in data_changes(partition.records()):
+            mods += len(record.mods)
     verdict = "all there" if mods == written else "MISSING"
     console.print(f"{partitions} partitions read, {mods:,} of {written:,} mods: {verdict}.")

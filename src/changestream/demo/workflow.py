@@ -58,10 +58,8 @@ class WorkflowSteps(TourBase):
         for record in records:
             if show:
                 self.show(record)
-            assert isinstance(record, ChildPartitionsRecord)
             queries.extend(
-                PartitionQuery(child.token, record.start_timestamp)
-                for child in record.child_partitions
+                PartitionQuery(child.token, record.timestamp) for child in record.children
             )
         return queries
 

@@ -54,7 +54,6 @@ from changestream.streams.positions import Position
 from changestream.streams.read_function_rows import read_function_rows
 from changestream.streams.records import (
     ChangeRecord,
-    ChildPartitionsRecord,
 )
 from changestream.streams.roles import WatchSource
 from changestream.streams.watch_arguments import WatchCursor
@@ -299,7 +298,7 @@ class RemoteDatabase(WatchableDatabase):
                             record = record_from_line(line)
                             if resumed is not None and resumed.covers(record):
                                 continue
-                            if isinstance(record, ChildPartitionsRecord):
+                            if record.ends_partition:
                                 yield record
                                 return  # it ends the query; only the end line can follow
                             moved = Position.after(record)

@@ -21,7 +21,7 @@ from changestream.spark.frontier import (
     ranges,
 )
 from changestream.spark.options import EARLIEST, LATEST
-from changestream.streams.records import ChildPartitionsRecord, DataChangeRecord
+from changestream.streams.records import DataChangeRecord, data_changes
 from changestream.streams.roles import ChangeStreamSource
 
 log = logging.getLogger(__name__)
@@ -81,8 +81,7 @@ def live_tokens(db: ChangeStreamSource, stream: str, at: int) -> list[str]:
     only once no commit at or below ``at`` can still appear)."""
     tokens: list[str] = []
     for record in db.read_change_stream(stream, at, at):
-        if isinstance(record, ChildPartitionsRecord):
-            tokens.extend(c.token for c in record.child_partitions)
+        tokens.extend(c.token for c in record.children)
     return tokens
 
 
@@ -144,11 +143,7 @@ def read_records(
     db: ChangeStreamSource, stream: str, read: ReadRange
 ) -> Generator[DataChangeRecord, None, None]:
     """The data change records of one range, in commit order."""
-    for record in db.read_change_stream(stream, read.start, read.end, read.token):
-        if isinstance(record, DataChangeRecord):
-            yield record
-        elif isinstance(record, ChildPartitionsRecord):
-            return
+    yield from data_changes(db.read_change_stream(stream, read.start, read.end, read.token))
 
 
 def _rows(

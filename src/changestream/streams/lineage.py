@@ -20,7 +20,7 @@ from collections.abc import Container, Iterable, Iterator
 from changestream.clock import parse_ts
 from changestream.errors import FailedPrecondition
 from changestream.streams.models import Timestamp
-from changestream.streams.records import ChangeRecord, ChildPartitionsRecord
+from changestream.streams.records import ChangeRecord
 from changestream.streams.roles import ChangeStreamSource
 
 #: How long a walk waits at a time for a partition being read elsewhere to finish.
@@ -82,7 +82,7 @@ class _Records(Iterator[ChangeRecord]):
         except BaseException:
             self._end(completed=False)
             raise
-        if isinstance(record, ChildPartitionsRecord):
+        if record.ends_partition:
             self._partition._walk._announce(record)
         return record
 
@@ -128,7 +128,6 @@ class PartitionWalk:
         self._ready: deque[tuple[str, tuple[str, ...], int]] = deque()
         self._given: list[WalkedPartition] = []
         (first,) = db.read_change_stream(stream, start, end)
-        assert isinstance(first, ChildPartitionsRecord)
         self._announce(first)
         self._queue_ready()
 
@@ -168,11 +167,11 @@ class PartitionWalk:
             self._heartbeat_ms,
         )
 
-    def _announce(self, record: ChildPartitionsRecord) -> None:
+    def _announce(self, record: ChangeRecord) -> None:
         with self._lock:
-            for child in record.child_partitions:
+            for child in record.children:
                 if child.token not in self._known:  # a merge child is announced by each parent
-                    entry = (child.parent_partition_tokens, record.start_timestamp)
+                    entry = (child.parent_partition_tokens, record.timestamp)
                     self._waiting.setdefault(child.token, entry)
 
     def _done_reading(self, partition: WalkedPartition, completed: bool) -> None:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from changestream.clock import format_ts
 from changestream.errors import InvalidArgument
-from changestream.streams.records import ChangeRecord, DataChangeRecord, HeartbeatRecord
+from changestream.streams.records import ChangeRecord, DataChangeRecord
 
 #: Above every record sequence (they have eight digits): past every record at a timestamp.
 AFTER_ALL = 99_999_999
@@ -34,9 +34,9 @@ class Position:
         return Position(record.commit_timestamp, int(record.record_sequence))
 
     @staticmethod
-    def after(record: DataChangeRecord | HeartbeatRecord) -> Position:
+    def after(record: ChangeRecord) -> Position:
         """Where ``record`` moves a reader: just after a data change; after every record at
-        or before a heartbeat's timestamp."""
+        or before the timestamp of the other two."""
         if isinstance(record, DataChangeRecord):
             return Position.of(record)
         return Position.through(record.timestamp)
@@ -44,9 +44,7 @@ class Position:
     def covers(self, record: ChangeRecord) -> bool:
         """Whether ``record`` is at or behind this position (a child partitions record, which
         ends a partition, never is)."""
-        if isinstance(record, DataChangeRecord | HeartbeatRecord):
-            return Position.after(record) <= self
-        return False
+        return not record.ends_partition and Position.after(record) <= self
 
     @staticmethod
     def before(timestamp: int) -> Position:

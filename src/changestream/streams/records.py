@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar, Protocol, TypeVar
 
 import orjson
 
@@ -40,8 +41,28 @@ class Mod:
         return {"keys": self.keys, "new_values": self.new_values, "old_values": self.old_values}
 
 
+_T_co = TypeVar("_T_co", covariant=True)
+
+
+class RecordActions(Protocol[_T_co]):
+    """What a reader does with each type of record (Beam's one action per record type);
+    ``record.handle(actions)`` calls the one that fits."""
+
+    def on_data_change(self, record: DataChangeRecord) -> _T_co: ...
+
+    def on_heartbeat(self, record: HeartbeatRecord) -> _T_co: ...
+
+    def on_child_partitions(self, record: ChildPartitionsRecord) -> _T_co: ...
+
+
 class _JsonRecord:
-    """``to_json()`` for records: the seed's JSON object as compact text."""
+    """What every record type answers: its JSON, whether it is a change, and whether (and
+    into which children) it ends the partition's query."""
+
+    #: Whether the record is a data change (the other two carry no row).
+    is_data_change: ClassVar[bool] = False
+    #: Whether the record ends its partition's query (only a child partitions record does).
+    ends_partition: ClassVar[bool] = False
 
     def to_dict(self) -> dict[str, Any]:
         raise NotImplementedError
@@ -75,11 +96,22 @@ class DataChangeRecord(_JsonRecord):
     session_id: str = ""
 
     record_type = "data_change_record"
+    is_data_change: ClassVar[bool] = True
 
     @property
     def timestamp(self) -> int:
         """The commit timestamp, in microseconds."""
         return self.commit_timestamp
+
+    @property
+    def children(self) -> tuple[ChildPartition, ...]:
+        """The partitions that carry on after this one: none (only a child partitions
+        record names them)."""
+        return ()
+
+    def handle(self, actions: RecordActions[_T_co]) -> _T_co:
+        """``actions.on_data_change(self)``."""
+        return actions.on_data_change(self)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -149,6 +181,16 @@ class HeartbeatRecord(_JsonRecord):
 
     record_type = "heartbeat_record"
 
+    @property
+    def children(self) -> tuple[ChildPartition, ...]:
+        """The partitions that carry on after this one: none (only a child partitions
+        record names them)."""
+        return ()
+
+    def handle(self, actions: RecordActions[_T_co]) -> _T_co:
+        """``actions.on_heartbeat(self)``."""
+        return actions.on_heartbeat(self)
+
     def to_dict(self) -> dict[str, Any]:
         return {"timestamp": format_ts(self.timestamp)}
 
@@ -174,11 +216,21 @@ class ChildPartitionsRecord(_JsonRecord):
     partition_token: str = ""
 
     record_type = "child_partitions_record"
+    ends_partition: ClassVar[bool] = True
 
     @property
     def timestamp(self) -> int:
         """When the children start (``start_timestamp``), in microseconds."""
         return self.start_timestamp
+
+    @property
+    def children(self) -> tuple[ChildPartition, ...]:
+        """The partitions that carry on after this one (``child_partitions``)."""
+        return self.child_partitions
+
+    def handle(self, actions: RecordActions[_T_co]) -> _T_co:
+        """``actions.on_child_partitions(self)``."""
+        return actions.on_child_partitions(self)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -189,6 +241,15 @@ class ChildPartitionsRecord(_JsonRecord):
 
 
 ChangeRecord = DataChangeRecord | HeartbeatRecord | ChildPartitionsRecord
+
+
+def data_changes(records: Iterable[ChangeRecord]) -> Iterator[DataChangeRecord]:
+    """The data change records of a partition's read, up to the record that ends it."""
+    for record in records:
+        if isinstance(record, DataChangeRecord):
+            yield record
+        elif record.ends_partition:
+            return
 
 
 def sequence_text(number: int) -> str:

@@ -141,8 +141,7 @@ class PartitionMerge:
         self._bound = _above(start - 1)
         self._blocked_since: float | None = None
         (initial,) = list(db.read_change_stream(stream, start, None, None, HEARTBEAT_MS))
-        assert isinstance(initial, ChildPartitionsRecord)
-        for child in initial.child_partitions:
+        for child in initial.children:
             self._start(self._add(child.token, start, ()))
 
     # -- the merge ---------------------------------------------------------------------------
@@ -272,7 +271,7 @@ class PartitionMerge:
                 self._stream, part.start, None, part.token, HEARTBEAT_MS
             )
             for record in records:
-                if isinstance(record, DataChangeRecord):
+                if record.is_data_change:
                     while part.sent - part.taken >= limit and not part.done:
                         part.room.clear()
                         if part.sent - part.taken >= limit:
@@ -281,7 +280,7 @@ class PartitionMerge:
                 if part.done:
                     return
                 self._inbox.put((part, record))
-                if isinstance(record, ChildPartitionsRecord):
+                if record.ends_partition:
                     return
             raise FailedPrecondition(
                 f"partition {part.token!r} of the watch stream ended without naming its child "
@@ -305,7 +304,7 @@ class PartitionMerge:
         if isinstance(item, BaseException):
             raise item
         part.heard = time.monotonic()
-        self._accept(part, item, counted=isinstance(item, DataChangeRecord))
+        self._accept(part, item, counted=item.is_data_change)
 
     def _accept(self, part: _Partition, record: ChangeRecord, counted: bool) -> None:
         if isinstance(record, DataChangeRecord):
