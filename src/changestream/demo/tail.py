@@ -12,6 +12,7 @@ from rich.text import Text
 
 from changestream import (
     ChangeRecord,
+    ChildPartitionsRecord,
     DataChangeRecord,
     HeartbeatRecord,
     Partition,
@@ -32,7 +33,8 @@ from changestream.render import (
 
 
 class TailStep(TourBase):
-    """Step 10: live partitions, each read in a thread of its own."""
+    """Step 10: live partitions, each read in a thread of its own; it is also the
+    :class:`~changestream.RecordActions` that prints each tailed record."""
 
     def tail(self, seconds: float) -> None:
         """Step 10: live partitions, read while a background writer commits."""
@@ -105,20 +107,27 @@ class TailStep(TourBase):
 
     def _print_live(self, token: str, record: ChangeRecord) -> None:
         prefix = f"{time.strftime('%H:%M:%S')}  {short_token(token)}  {record.record_type}  "
-        if isinstance(record, DataChangeRecord):
-            self.tail_data_records += 1
-            changes = ", ".join(
-                f"{mod.keys['AccountId']} {mod.old_values.get('Balance')} → "
-                f"{mod.new_values.get('Balance')}"
-                for mod in record.mods
-            )
-            line = (
-                f"tx {record.server_transaction_id} {record.mod_type} {changes} "
-                f"(the transaction touched "
-                f"{plural(record.number_of_partitions_in_transaction, 'partition')})"
-            )
-        else:
-            if isinstance(record, HeartbeatRecord):
-                self.tail_heartbeats += 1
-            line = json_line(record.to_dict())
-        self.console.print(Text(prefix + line))
+        self.console.print(Text(prefix + record.handle(self)))
+
+    def on_data_change(self, record: DataChangeRecord) -> str:
+        """A tailed transfer, as a line of the tail."""
+        self.tail_data_records += 1
+        changes = ", ".join(
+            f"{mod.keys['AccountId']} {mod.old_values.get('Balance')} → "
+            f"{mod.new_values.get('Balance')}"
+            for mod in record.mods
+        )
+        return (
+            f"tx {record.server_transaction_id} {record.mod_type} {changes} "
+            f"(the transaction touched "
+            f"{plural(record.number_of_partitions_in_transaction, 'partition')})"
+        )
+
+    def on_heartbeat(self, record: HeartbeatRecord) -> str:
+        """A tailed heartbeat, as a line of the tail."""
+        self.tail_heartbeats += 1
+        return json_line(record.to_dict())
+
+    def on_child_partitions(self, record: ChildPartitionsRecord) -> str:
+        """A tailed split or merge, as a line of the tail."""
+        return json_line(record.to_dict())
