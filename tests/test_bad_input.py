@@ -16,10 +16,11 @@ from typing import Any
 import pytest
 
 import changestream
+from changestream.codecs import to_json_value
 from changestream.embedded.database import store_of
 from changestream.errors import InvalidArgument, ResourceExhausted
 from changestream.store.database import Store
-from changestream.types import ColumnType, to_json_value
+from changestream.types import ColumnType
 
 SCHEMA = [
     "CREATE TABLE T (K INT64 NOT NULL, TS TIMESTAMP, S STRING(MAX), F FLOAT64, N NUMERIC, "

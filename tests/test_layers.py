@@ -9,14 +9,25 @@ from pathlib import Path
 SOURCE = Path(__file__).resolve().parent.parent / "src" / "changestream"
 
 #: The bottom: standard library (and each other's errors) only.
-_BASE = {"errors", "values", "clock", "types", "extras", "deprecation", "retry", "threads"}
+_BASE = {
+    "errors",
+    "values",
+    "clock",
+    "types",
+    "codecs",
+    "extras",
+    "deprecation",
+    "retry",
+    "threads",
+}
 #: What each package may import (besides itself), from DESIGN.md's layer table. ``store``
 #: reads DML through ``sql``; ``server`` serves the consumers above ``streams``.
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "values": {"errors"},
     "clock": {"errors"},
-    "types": {"errors", "values", "clock"},
+    "types": {"errors", "values", "clock", "deprecation"},
+    "codecs": {"errors", "values", "clock", "types"},
     "extras": {"errors"},
     "deprecation": set(),
     "retry": set(),

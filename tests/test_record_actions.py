@@ -51,7 +51,8 @@ def test_only_a_child_partitions_record_ends_the_partition_and_names_children() 
     ]
 
 
-def test_data_changes_stops_at_the_record_that_ends_the_partition() -> None:
-    after_the_end = data(400, 0)
+def test_data_changes_keeps_the_data_change_records_and_reads_to_the_end() -> None:
     read: list[ChangeRecord] = [data(100, 0), HeartbeatRecord(150), data(200, 1), CHILDREN]
-    assert [r.commit_timestamp for r in data_changes([*read, after_the_end])] == [100, 200]
+    consumed = iter(read)
+    assert [r.commit_timestamp for r in data_changes(consumed)] == [100, 200]
+    assert next(consumed, None) is None

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 
@@ -15,5 +16,20 @@ def renamed(module: str, old: str, new: Any) -> Callable[[str], Any]:
             warnings.warn(f"{module}.{old} is now {new.__name__}", DeprecationWarning, stacklevel=2)
             return new
         raise AttributeError(f"module {module!r} has no attribute {name!r}")
+
+    return __getattr__
+
+
+def moved(module: str, names: Mapping[str, str]) -> Callable[[str], Any]:
+    """A module ``__getattr__`` answering each old name in ``names`` with the object named
+    by its value, ``"package.module:name"`` (imported on first use, and with a warning)."""
+
+    def __getattr__(name: str) -> Any:
+        target = names.get(name)
+        if target is None:
+            raise AttributeError(f"module {module!r} has no attribute {name!r}")
+        where, new = target.split(":")
+        warnings.warn(f"{module}.{name} is now {where}.{new}", DeprecationWarning, stacklevel=2)
+        return getattr(importlib.import_module(where), new)
 
     return __getattr__

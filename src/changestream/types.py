@@ -1,19 +1,17 @@
-"""Column types and the three encodings of a value: Python, SQLite storage, change-record JSON."""
+"""Column types, and the check that turns a written value into its canonical Python form
+(the other forms a value takes are in :mod:`changestream.codecs`)."""
 
 from __future__ import annotations
 
-import base64
 import datetime as dt
 import decimal
-import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
-from changestream.clock import format_ts, parse_ts, to_datetime
+from changestream.clock import parse_ts, to_datetime
+from changestream.deprecation import moved
 from changestream.errors import InvalidArgument
 from changestream.values import (
     INT64_MAX,
@@ -223,119 +221,18 @@ _CHECKS: dict[str, Callable[[ColumnType, Any, str], Any]] = {
 }
 
 
-def _json_value(ctype: ColumnType, value: Any) -> Any:
-    """A normalized Python value in the change-record JSON form."""
-    if value is None:
-        return None
-    code = ctype.code
-    if code in ("BOOL", "INT64", "STRING", "JSON"):
-        return value
-    if code == "FLOAT64":
-        if math.isnan(value) or math.isinf(value):
-            return str(value).replace("inf", "Infinity").replace("nan", "NaN")
-        return value
-    if code == "NUMERIC":
-        return format(value, "f")
-    if code == "BYTES":
-        return base64.b64encode(value).decode("ascii")
-    if code == "DATE":
-        return value.isoformat()
-    if code == "TIMESTAMP":
-        return format_ts(parse_ts(value))
-    assert ctype.element is not None
-    return [_json_value(ctype.element, item) for item in value]
-
-
-def to_json_value(ctype: ColumnType, value: Any) -> Any:
-    """Public form of :func:`_json_value` for a normalized value."""
-    return _json_value(ctype, value)
-
-
-def to_sqlite(ctype: ColumnType, value: Any) -> Any:
-    """A normalized Python value in its SQLite storage form (order-preserving where it matters)."""
-    if value is None:
-        return None
-    code = ctype.code
-    if code == "BOOL":
-        return 1 if value else 0
-    if code == "FLOAT64":
-        # SQLite stores a NaN REAL as NULL; the text survives a FLOAT64 column's affinity.
-        return NAN_TEXT if value != value else value
-    if code in ("INT64", "STRING", "BYTES"):
-        return value
-    if code in ("NUMERIC", "DATE", "TIMESTAMP"):
-        return _json_value(ctype, value)
-    if code == "JSON":
-        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
-    return orjson.dumps(_json_value(ctype, value)).decode()
-
-
-def json_to_sqlite(ctype: ColumnType, value: Any) -> Any:
-    """A change-record JSON value in its SQLite storage form."""
-    if value is None:
-        return None
-    code = ctype.code
-    if code == "BOOL":
-        return 1 if value else 0
-    if code == "BYTES":
-        return base64.b64decode(value)
-    if code == "JSON":
-        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
-    if code == "ARRAY":
-        return orjson.dumps(value).decode()
-    if code == "FLOAT64" and isinstance(value, str):
-        return NAN_TEXT if value == "NaN" else float(value.replace("Infinity", "inf"))
-    return value
-
-
-def from_sqlite(ctype: ColumnType, stored: Any) -> Any:
-    """A SQLite-stored value as the Python value the user wrote."""
-    if stored is None:
-        return None
-    code = ctype.code
-    if code == "BOOL":
-        return bool(stored)
-    if code in ("INT64", "STRING", "BYTES"):
-        return stored
-    if code == "FLOAT64":
-        return float(stored)
-    if code == "NUMERIC":
-        return decimal.Decimal(stored)
-    if code == "DATE":
-        return dt.date.fromisoformat(stored)
-    if code == "TIMESTAMP":
-        return to_datetime(parse_ts(stored))
-    if code == "JSON":
-        return orjson.loads(stored)
-    assert ctype.element is not None
-    element = ctype.element
-    return [_from_json(element, item) for item in orjson.loads(stored)]
-
-
-def from_json_value(ctype: ColumnType, value: Any) -> Any:
-    """A change-record JSON value (see :func:`to_json_value`) back in Python form."""
-    return _from_json(ctype, value)
-
-
-def _from_json(ctype: ColumnType, value: Any) -> Any:
-    if value is None:
-        return None
-    if ctype.code == "BYTES":
-        return base64.b64decode(value)
-    if ctype.code == "ARRAY":
-        assert ctype.element is not None
-        return [_from_json(ctype.element, item) for item in value]
-    if ctype.code in ("JSON", "BOOL", "INT64", "STRING"):
-        return value
-    return from_sqlite(ctype, value)
-
-
-def identity(value: Any) -> Any:
-    return value
-
-
-def json_encoder(ctype: ColumnType) -> Callable[[Any], Any]:
-    """A fast function turning normalized values of this type into change-record JSON values."""
-    if ctype.code in ("BOOL", "INT64", "STRING", "JSON"):
-        return identity
-    return lambda value: _json_value(ctype, value)
+#: The encodings that lived here are in :mod:`changestream.codecs` now.
+__getattr__ = moved(
+    __name__,
+    {
+        name: f"changestream.codecs:{new}"
+        for name, new in {
+            "to_json_value": "to_json_value",
+            "from_json_value": "from_json_value",
+            "to_sqlite": "to_sqlite",
+            "from_sqlite": "from_sqlite",
+            "identity": "identity",
+            "json_encoder": "record_encoder",
+        }.items()
+    },
+)

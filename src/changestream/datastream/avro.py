@@ -34,9 +34,9 @@ from typing import Any, cast
 import fastavro
 
 from changestream.clock import parse_ts
-from changestream.datastream.codecs import (
+from changestream.codecs import (
     Codec,
-    json_encoder,
+    event_encoder,
     micros_text,
     millis_text,
     text_decoder,
@@ -203,7 +203,7 @@ def payload_converter(writer_schema: dict[str, Any]) -> Callable[[dict[str, Any]
     plan: list[tuple[str, str, Codec, Codec]] = []
     for field in fields:
         ctype = ColumnType.from_json(field["sqlType"])
-        plan.append((field["sqlName"], field["name"], text_decoder(ctype), json_encoder(ctype)))
+        plan.append((field["sqlName"], field["name"], text_decoder(ctype), event_encoder(ctype)))
 
     def convert(payload: dict[str, Any]) -> dict[str, Any]:
         return {name: to_json(decode(payload[key])) for name, key, decode, to_json in plan}

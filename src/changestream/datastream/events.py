@@ -35,10 +35,10 @@ from typing import Any, Final
 
 import orjson
 
-from changestream.datastream.codecs import (
+from changestream.codecs import (
     Codec,
+    event_encoder,
     identity,
-    json_encoder,
     micros_text,
     millis_text,
     record_decoder,
@@ -202,7 +202,7 @@ def table_plan(table: Table) -> TablePlan:
     plan = TablePlan(
         names=tuple(c.name for c in table.columns),
         non_key=frozenset(c.name for c in table.non_key_columns),
-        json_encoders=_changing({c.name: json_encoder(c.type) for c in table.columns}),
+        json_encoders=_changing({c.name: event_encoder(c.type) for c in table.columns}),
         decoders=_changing({c.name: record_decoder(c.type) for c in table.columns}),
         schema_key=hashlib.sha256(orjson.dumps(shape)).hexdigest()[:32],
     )

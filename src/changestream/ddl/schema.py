@@ -6,7 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from changestream.types import ColumnType, from_json_value, to_json_value
+from changestream.codecs import from_json_value, to_json_value
+from changestream.types import ColumnType
 
 VALUE_CAPTURE_TYPES = ("OLD_AND_NEW_VALUES", "NEW_VALUES", "NEW_ROW", "NEW_ROW_AND_OLD_VALUES")
 #: The full new row and the full old row of every change, for the engine's own streams (watch()

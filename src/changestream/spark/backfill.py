@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from changestream.datastream.codecs import json_encoder, record_decoder
+from changestream.codecs import event_encoder, record_decoder
 from changestream.ddl.schema import Table
 from changestream.store.keys import KeyRange
 from changestream.streams.roles import TableStore
@@ -61,7 +61,7 @@ class KeyCodec:
     """Key tuples to and from JSON (the change records' encoding), for stored chunk plans."""
 
     def __init__(self, table: Table) -> None:
-        self._encode = [json_encoder(c.type) for c in table.key_columns]
+        self._encode = [event_encoder(c.type) for c in table.key_columns]
         self._decode = [record_decoder(c.type) for c in table.key_columns]
 
     def dump(self, key: Key) -> list[Any]:

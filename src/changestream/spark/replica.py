@@ -40,11 +40,11 @@ import pyarrow.parquet as pq
 from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
-from changestream.datastream.codecs import Codec, identity, text_decoder, text_encoder
+from changestream.codecs import Codec, identity, text_decoder, text_encoder, to_sqlite
 from changestream.datastream.events import Event, object_name, schema_key
 from changestream.ddl.schema import Column, Table
 from changestream.errors import FailedPrecondition, InvalidArgument, NotFound
-from changestream.types import ColumnType, to_sqlite
+from changestream.types import ColumnType
 
 log = logging.getLogger(__name__)
 

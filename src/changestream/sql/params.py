@@ -17,8 +17,9 @@ from typing import Any, TypeAlias
 
 import orjson
 
+from changestream.codecs import to_sqlite
 from changestream.errors import InvalidArgument
-from changestream.types import PARAMETER, ColumnType, normalize, to_sqlite
+from changestream.types import PARAMETER, ColumnType, normalize
 from changestream.values import shown
 
 #: A column value as written or read (:mod:`changestream.types` gives each type's Python form).

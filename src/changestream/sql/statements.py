@@ -24,6 +24,7 @@ from sqlglot.errors import ErrorLevel, ParseError, SqlglotError, TokenError, Uns
 from sqlglot.parser import Parser
 
 from changestream.clock import format_ts, parse_ts
+from changestream.codecs import to_sqlite
 from changestream.errors import InvalidArgument
 from changestream.sql.limits import (
     DEFAULT_LIMITS,
@@ -33,7 +34,7 @@ from changestream.sql.limits import (
     parse_deadline,
 )
 from changestream.sql.params import Params, UntypedText, stored_parameter
-from changestream.types import ColumnType, normalize, to_sqlite
+from changestream.types import ColumnType, normalize
 
 #: The type of a table's column, or None when there is no such table or column.
 ColumnTypes = Callable[[str, str], ColumnType | None]

@@ -8,7 +8,7 @@ from typing import Any
 
 from changestream.ddl.schema import Table
 from changestream.store.catalog import Catalog
-from changestream.store.codec import RowCodec
+from changestream.store.written_rows import RowCodec
 
 
 @dataclass(slots=True)

@@ -29,7 +29,6 @@ from changestream.store import documents
 from changestream.store import splits as split_ops
 from changestream.store.catalog import Catalog
 from changestream.store.changes import CaptureFn, CommitContext, SchemaChange
-from changestream.store.codec import RowCodec
 from changestream.store.connections import ConnectionPool, translate_busy
 from changestream.store.keys import KeyRange, encode_key, quote, table_prefix
 from changestream.store.load import forget_before
@@ -40,6 +39,7 @@ from changestream.store.rows import check_columns, key_condition, restore_nans, 
 from changestream.store.schema_changes import schema_change
 from changestream.store.splits import Split, SplitMap
 from changestream.store.sqlite_layout import SYSTEM_TABLE_NAMES, SYSTEM_TABLES
+from changestream.store.written_rows import RowCodec
 from changestream.types import ColumnType
 from changestream.values import shown
 

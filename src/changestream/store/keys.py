@@ -10,9 +10,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from changestream.clock import format_ts, parse_ts
+from changestream.codecs import to_sqlite
 from changestream.ddl.schema import Table
 from changestream.errors import InvalidArgument
-from changestream.types import ColumnType, normalize, to_sqlite
+from changestream.types import ColumnType, normalize
 from changestream.values import shown
 
 _NULL = b"\x01"

@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from changestream.codecs import to_sqlite
 from changestream.ddl.schema import Table
 from changestream.errors import InvalidArgument
 from changestream.store.keys import quote
-from changestream.types import NAN, NAN_TEXT, normalize, to_sqlite
+from changestream.types import NAN, NAN_TEXT, normalize
 from changestream.values import shown
 
 

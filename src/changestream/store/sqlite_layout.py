@@ -7,10 +7,11 @@ import math
 import re
 import sqlite3
 
+from changestream.codecs import from_sqlite, to_sqlite
 from changestream.ddl.defaults import generated_stored
 from changestream.ddl.schema import Column, Table
 from changestream.store.keys import quote
-from changestream.types import SCALAR_CODES, ColumnType, from_sqlite, to_sqlite
+from changestream.types import SCALAR_CODES, ColumnType
 
 SYSTEM_PREFIX = "_cs_"
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from changestream.clock import to_datetime
+from changestream.codecs import to_sqlite
 from changestream.ddl.schema import Table
 from changestream.errors import (
     AlreadyExists,
@@ -24,7 +25,6 @@ from changestream.sql.limits import SqlLimits
 from changestream.sql.statements import DmlStatement, parse_statement
 from changestream.store.budget import StatementBudget
 from changestream.store.changes import CommitContext, InsertBatch, RowChange
-from changestream.store.codec import RowCodec
 from changestream.store.database import WriteContext
 from changestream.store.keys import KeyRange, encode_key, quote
 from changestream.store.load import SplitLoad, record_load
@@ -32,7 +32,8 @@ from changestream.store.rows import key_condition, normalized_key, restore_nans
 from changestream.store.splits import Split
 from changestream.store.sqlite_layout import exact_forms
 from changestream.store.transaction_api import MutationMethods as MutationMethods
-from changestream.types import COMMIT_TIMESTAMP, normalize, to_sqlite
+from changestream.store.written_rows import RowCodec
+from changestream.types import COMMIT_TIMESTAMP, normalize
 from changestream.values import shown
 
 if TYPE_CHECKING:

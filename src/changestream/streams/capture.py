@@ -23,6 +23,7 @@ from typing import Any
 
 import orjson
 
+from changestream.codecs import identity, record_encoder
 from changestream.ddl.schema import SYSTEM_VALUE_CAPTURE_TYPE, ChangeStream, Table
 from changestream.store.catalog import Catalog, StreamEntry
 from changestream.store.changes import (
@@ -33,7 +34,6 @@ from changestream.store.changes import (
     SchemaChange,
 )
 from changestream.streams.records import sequence_text
-from changestream.types import identity, json_encoder
 
 _OLD_FOR_UPDATE = {"OLD_AND_NEW_VALUES", "NEW_ROW_AND_OLD_VALUES"}
 _FULL_NEW_ROW = {"NEW_ROW", "NEW_ROW_AND_OLD_VALUES", SYSTEM_VALUE_CAPTURE_TYPE}
@@ -80,12 +80,12 @@ def _plan(entry: StreamEntry, table: Table) -> _Plan | None:
         stream_id=entry.stream_id,
         capture_type=stream.value_capture_type,
         key_names=table.primary_key,
-        key_encoders=tuple(json_encoder(c.type) for c in table.key_columns),
+        key_encoders=tuple(record_encoder(c.type) for c in table.key_columns),
         tracked=tracked,
-        encoders={c.name: json_encoder(c.type) for c in table.columns},
-        plain=frozenset(c.name for c in table.columns if json_encoder(c.type) is identity),
-        plain_keys=all(json_encoder(c.type) is identity for c in table.key_columns),
-        tracked_plain=all(json_encoder(table.column(n).type) is identity for n in tracked),  # type: ignore[union-attr]
+        encoders={c.name: record_encoder(c.type) for c in table.columns},
+        plain=frozenset(c.name for c in table.columns if record_encoder(c.type) is identity),
+        plain_keys=all(record_encoder(c.type) is identity for c in table.key_columns),
+        tracked_plain=all(record_encoder(table.column(n).type) is identity for n in tracked),  # type: ignore[union-attr]
         column_types=_column_types(table),
         ordinals={c.name: c.ordinal for c in table.columns},
         defaults={c.name: c.default for c in table.columns if c.name in tracked},

@@ -244,12 +244,11 @@ ChangeRecord = DataChangeRecord | HeartbeatRecord | ChildPartitionsRecord
 
 
 def data_changes(records: Iterable[ChangeRecord]) -> Iterator[DataChangeRecord]:
-    """The data change records of a partition's read, up to the record that ends it."""
+    """The data change records among ``records`` (a partition's read, read to its end: a
+    walked partition finishes only when its records are)."""
     for record in records:
         if isinstance(record, DataChangeRecord):
             yield record
-        elif record.ends_partition:
-            return
 
 
 def sequence_text(number: int) -> str:

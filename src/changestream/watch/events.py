@@ -26,10 +26,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from changestream.clock import to_datetime
+from changestream.codecs import from_json_value, to_json_value
 from changestream.errors import InvalidArgument, NotFound
 from changestream.streams.records import DataChangeRecord, Mod
 from changestream.streams.roles import TableStore
-from changestream.types import ColumnType, from_sqlite, json_to_sqlite, to_json_value
+from changestream.types import ColumnType
 from changestream.watch.cluster_time import ClusterTime
 from changestream.watch.options import WatchOptions
 from changestream.watch.tokens import ResumeToken, TokenKind
@@ -185,7 +186,7 @@ class EventBuilder:
         types = {c.name: ColumnType.from_json(c.type) for c in columns}
         key_names = [c.name for c in columns if c.is_primary_key]
         names = key_names + [c.name for c in columns if not c.is_primary_key]
-        key = [from_sqlite(types[n], json_to_sqlite(types[n], mod.keys[n])) for n in key_names]
+        key = [from_json_value(types[n], mod.keys[n]) for n in key_names]
         try:
             rows = self._db.read(record.table_name, [key], names)
         except (NotFound, InvalidArgument):

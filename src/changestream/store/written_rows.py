@@ -6,10 +6,11 @@ from collections.abc import Callable, Sequence
 from operator import itemgetter, ne
 from typing import Any
 
+from changestream.codecs import to_sqlite
 from changestream.ddl.defaults import generated_value
 from changestream.ddl.schema import Column, Table
 from changestream.errors import InvalidArgument
-from changestream.types import COMMIT_TIMESTAMP, normalize, to_sqlite
+from changestream.types import COMMIT_TIMESTAMP, normalize
 from changestream.values import shown, text_problem
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
