@@ -231,17 +231,25 @@ def test_event_files_are_read_by_spark_pyarrow_and_fastavro(spark: Any, tmp_path
     assert {key(e): e["payload"] for e in avro_events} == cdc
 
 
+def _shop(tmp_path: Path, items: int) -> str:
+    """The path of a new database with the Items and All tables and ``items`` Items rows."""
+    path = str(tmp_path / "shop.db")
+    with changestream.open(path) as db:
+        db.execute_ddl([ITEMS, ALL])
+        if items:
+            with db.transaction() as tx:
+                rows = [[i, f"i{i}", i] for i in range(items)]
+                tx.insert("Items", ["Id", "Name", "Qty"], rows)
+    return path
+
+
 # -- (b) a table created after the stream's first run -------------------------------------------
 
 
 def test_a_table_created_after_the_first_run_is_backfilled_and_replicated(
     spark: Any, tmp_path: Path
 ) -> None:
-    path = str(tmp_path / "shop.db")
-    with changestream.open(path) as db:
-        db.execute_ddl([ITEMS, ALL])
-        with db.transaction() as tx:
-            tx.insert("Items", ["Id", "Name", "Qty"], [[i, f"i{i}", i] for i in range(50)])
+    path = _shop(tmp_path, items=50)
     definition = _define(path, tmp_path, "shop", replica=str(tmp_path / "replica"))
     assert definition.include == ()
     _run(spark, path, "shop", chunk_rows=20)
@@ -367,11 +375,7 @@ def _wait_for_state(path: str, name: str, state: str, timeout: float = 120) -> N
 def test_pause_and_drain_stop_a_running_pipeline_in_state_paused(
     spark: Any, tmp_path: Path
 ) -> None:
-    path = str(tmp_path / "shop.db")
-    with changestream.open(path) as db:
-        db.execute_ddl([ITEMS, ALL])
-        with db.transaction() as tx:
-            tx.insert("Items", ["Id", "Name", "Qty"], [[i, f"i{i}", i] for i in range(30)])
+    path = _shop(tmp_path, items=30)
     _define(path, tmp_path, "live", replica=str(tmp_path / "replica"))
     options = PipelineOptions(trigger_seconds=0.5, poll_seconds=0.2)  # runs until told
 
@@ -432,9 +436,7 @@ def test_pyarrow_reads_a_whole_destination_of_jsonl_files_as_one_table(tmp_path:
 def test_a_recreated_stream_starts_from_its_own_start_not_the_deleted_streams_checkpoint(
     spark: Any, tmp_path: Path
 ) -> None:
-    path = str(tmp_path / "shop.db")
-    with changestream.open(path) as db:
-        db.execute_ddl([ITEMS, ALL])
+    path = _shop(tmp_path, items=0)
     definition = _define(path, tmp_path, "again", backfill="none")
     with changestream.open(path) as db, db.transaction() as tx:
         tx.insert("Items", ["Id", "Name", "Qty"], [[1, "first stream", 1]])

@@ -14,16 +14,14 @@ import changestream
 from changestream import DataChangeRecord, InvalidArgument, InvalidToken
 from changestream.clock import parse_ts
 from changestream.watch import ClusterTime
-from tests.watch_support import COLUMNS, ITEMS, key, nothing_more, take
+from tests.watch_support import COLUMNS, items_database, key, nothing_more, take
 
 pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.fixture
 def db(tmp_path: Path) -> Iterator[changestream.EmbeddedDatabase]:
-    with changestream.open(str(tmp_path / "shop.db")) as database:
-        database.execute_ddl(ITEMS)
-        yield database
+    yield from items_database(tmp_path / "shop.db")
 
 
 def commit(

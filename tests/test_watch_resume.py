@@ -14,16 +14,14 @@ from changestream.clock import parse_ts, to_datetime
 from changestream.watch import ClusterTime
 from changestream.watch.tokens import ResumeToken, TokenKind
 from tests.conftest import FixedClock
-from tests.watch_support import COLUMNS, ITEMS, key, nothing_more, take
+from tests.watch_support import COLUMNS, ITEMS, items_database, key, nothing_more, take
 
 pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.fixture
 def db(tmp_path: Path) -> Iterator[changestream.EmbeddedDatabase]:
-    with changestream.open(str(tmp_path / "resume.db")) as database:
-        database.execute_ddl(ITEMS)
-        yield database
+    yield from items_database(tmp_path / "resume.db")
 
 
 def write(db: changestream.EmbeddedDatabase, ids: list[int], value: str) -> int:

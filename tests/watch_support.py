@@ -3,12 +3,25 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import changestream
 from changestream.watch import ChangeStreamCursor
 from changestream.watch.tokens import EventKey, ResumeToken
 
 ITEMS = "CREATE TABLE Items (Id INT64 NOT NULL, V STRING(MAX), N INT64) PRIMARY KEY (Id)"
+
+
+def items_database(path: Path) -> Iterator[changestream.EmbeddedDatabase]:
+    """A database at ``path`` holding the Items table, closed when the generator is (for
+    fixtures: ``yield from items_database(...)``)."""
+    with changestream.open(str(path)) as database:
+        database.execute_ddl(ITEMS)
+        yield database
+
+
 COLUMNS = ["Id", "V", "N"]
 #: Every wait is bounded so a broken cursor fails a test instead of hanging it.
 WAIT_S = 30.0
