@@ -59,8 +59,8 @@ ALLOWED: dict[str, set[str]] = {
 KNOWN_UPWARD = {
     # Opening "a path or a URL" needs both implementations, which only the top knows.
     ("spark/pipeline.py", "__init__"),
-    ("spark/source.py", "__init__"),
-    ("spark/tasks.py", "__init__"),
+    ("spark/_source.py", "__init__"),
+    ("spark/_tasks.py", "__init__"),
     # The document's version is the package's.
     ("server/openapi.py", "__init__"),
 }

@@ -11,16 +11,16 @@ from typing import Any
 import click
 
 import changestream
-from changestream.cli.common import CA_CERT_KEY, TOKEN_KEY, open_database
-from changestream.cli.demo import demo
-from changestream.cli.leases import leases
-from changestream.cli.partitions import partitions
-from changestream.cli.pipeline import pipeline
-from changestream.cli.policy import policy
-from changestream.cli.serve import serve
-from changestream.cli.serve import token as token_command
-from changestream.cli.sql import sql
-from changestream.cli.streams import discover_command, streams
+from changestream.cli._common import CA_CERT_KEY, TOKEN_KEY, open_database
+from changestream.cli._demo import demo
+from changestream.cli._leases import leases
+from changestream.cli._partitions import partitions
+from changestream.cli._pipeline import pipeline
+from changestream.cli._policy import policy
+from changestream.cli._serve import serve
+from changestream.cli._serve import token as token_command
+from changestream.cli._sql import sql
+from changestream.cli._streams import discover_command, streams
 from changestream.clock import format_ts
 from changestream.errors import ChangeStreamError
 

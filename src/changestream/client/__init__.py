@@ -15,15 +15,15 @@ and handed over on failure or for balance, children only after their parents::
 
 from __future__ import annotations
 
-from changestream.client.checkpointer import Checkpointer, LeaseLost
-from changestream.client.lease_table import LeaseStatus, describe_leases
-from changestream.client.processor import (
+from changestream.client._checkpointer import Checkpointer, LeaseLost
+from changestream.client._processor import (
     InitializationContext,
     ProcessorFactory,
     RecordProcessor,
     ShutdownReason,
 )
-from changestream.client.worker import StreamClient
+from changestream.client._worker import StreamClient
+from changestream.client.lease_table import LeaseStatus, describe_leases
 from changestream.streams.positions import Position
 
 __all__ = [

@@ -16,6 +16,7 @@ a server, sees the same streams::
 :func:`discover` lists the source's objects (tables, columns, types, primary keys).
 """
 
+from changestream.datastream._discover import ColumnInfo, ObjectInfo, discover
 from changestream.datastream.catalog import (
     ObjectBackfill,
     StreamCatalog,
@@ -24,7 +25,6 @@ from changestream.datastream.catalog import (
     StreamProgress,
 )
 from changestream.datastream.definition import StreamDefinition, object_name, schema_name
-from changestream.datastream.discover import ColumnInfo, ObjectInfo, discover
 from changestream.datastream.states import StreamState, allowed_verbs
 
 __all__ = [

@@ -30,7 +30,7 @@ import fastavro
 import orjson
 
 from changestream.clock import to_datetime
-from changestream.datastream.avro import avro_plan_of, avro_record, event_dict, payload_converter
+from changestream.datastream._avro import avro_plan_of, avro_record, event_dict, payload_converter
 from changestream.datastream.events import Event
 from changestream.errors import InvalidArgument
 

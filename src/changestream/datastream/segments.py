@@ -36,7 +36,7 @@ import fastavro
 import orjson
 
 from changestream.clock import to_datetime
-from changestream.datastream.avro import avro_schema
+from changestream.datastream._avro import avro_schema
 from changestream.datastream.events import Event
 from changestream.datastream.files import EXTENSIONS, EventFile, sync_directories
 

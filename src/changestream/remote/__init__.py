@@ -3,8 +3,8 @@ roles as the embedded one. It speaks the declared endpoints of :mod:`changestrea
 imports no server code: ``http`` (requests, retries, errors), ``database``
 (:class:`RemoteDatabase`), ``transaction`` and ``leases``."""
 
-from changestream.remote.database import RemoteDatabase, connect
-from changestream.remote.leases import RemoteLeaseTable
-from changestream.remote.transaction import RemoteTransaction
+from changestream.remote._database import RemoteDatabase, connect
+from changestream.remote._leases import RemoteLeaseTable
+from changestream.remote._transaction import RemoteTransaction
 
 __all__ = ["RemoteDatabase", "RemoteLeaseTable", "RemoteTransaction", "connect"]

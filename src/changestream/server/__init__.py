@@ -21,12 +21,12 @@ if TYPE_CHECKING:
     from changestream.remote import RemoteDatabase as RemoteDatabase
     from changestream.remote import RemoteTransaction as RemoteTransaction
     from changestream.remote import connect as connect
+    from changestream.server._databases import Databases as Databases
     from changestream.server.app import ServerConfig as ServerConfig
     from changestream.server.app import create_app as create_app
     from changestream.server.auth import NoAuth as NoAuth
     from changestream.server.auth import TokenFile as TokenFile
     from changestream.server.auth import create_token as create_token
-    from changestream.server.databases import Databases as Databases
     from changestream.server.serve import RunningServer as RunningServer
     from changestream.server.serve import make_server as make_server
     from changestream.server.serve import serve_in_thread as serve_in_thread

@@ -20,13 +20,13 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from changestream import errors
+from changestream.server._databases import Databases
+from changestream.server._metrics import Metrics
+from changestream.server._sessions import Sessions
+from changestream.server._statuses import RequestTooLarge, http_status
+from changestream.server._streaming import LineStream
+from changestream.server._workers import WorkerThreads
 from changestream.server.auth import ANONYMOUS, Principal
-from changestream.server.databases import Databases
-from changestream.server.metrics import Metrics
-from changestream.server.sessions import Sessions
-from changestream.server.statuses import RequestTooLarge, http_status
-from changestream.server.streaming import LineStream
-from changestream.server.workers import WorkerThreads
 from changestream.wire.api import ENDPOINTS, Endpoint
 from changestream.wire.models import Request as RequestModel
 from changestream.wire.records import error_to_json

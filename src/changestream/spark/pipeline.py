@@ -51,26 +51,26 @@ from changestream.errors import (
     NotFound,
 )
 from changestream.retry import retrying
-from changestream.spark.backfill import DONE_PREFIX, PLAN, KeyCodec, chunks, plan_boundaries
-from changestream.spark.query_control import (
+from changestream.spark._backfill import DONE_PREFIX, PLAN, KeyCodec, chunks, plan_boundaries
+from changestream.spark._query_control import (
     Heartbeat,
     Watchdog,
     frontier_of,
     stop_between_batches,
     stop_session,
 )
-from changestream.spark.run_status import (
+from changestream.spark._run_status import (
     DEFAULT_MAX_BYTES_PER_TRIGGER as DEFAULT_MAX_BYTES_PER_TRIGGER,
 )
-from changestream.spark.run_status import (
+from changestream.spark._run_status import (
     DEFAULT_MAX_RECORDS_PER_TRIGGER as DEFAULT_MAX_RECORDS_PER_TRIGGER,
 )
-from changestream.spark.run_status import DELETED, BatchError, classify
-from changestream.spark.run_status import PipelineFailed as PipelineFailed
-from changestream.spark.run_status import PipelineOptions as PipelineOptions
-from changestream.spark.run_status import PipelineStatus as PipelineStatus
-from changestream.spark.session import local_session
-from changestream.spark.tasks import (
+from changestream.spark._run_status import DELETED, BatchError, classify
+from changestream.spark._run_status import PipelineFailed as PipelineFailed
+from changestream.spark._run_status import PipelineOptions as PipelineOptions
+from changestream.spark._run_status import PipelineStatus as PipelineStatus
+from changestream.spark._session import local_session
+from changestream.spark._tasks import (
     SUMMARY_DDL,
     SUMMARY_SCHEMA,
     BackfillTask,

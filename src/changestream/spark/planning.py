@@ -12,6 +12,7 @@ from collections.abc import Generator, Iterator, Sequence
 
 from changestream.clock import format_ts, now_us
 from changestream.errors import NotFound, OutOfRange
+from changestream.spark._options import EARLIEST, LATEST
 from changestream.spark.frontier import (
     Frontier,
     LineageEntry,
@@ -20,7 +21,6 @@ from changestream.spark.frontier import (
     changed,
     ranges,
 )
-from changestream.spark.options import EARLIEST, LATEST
 from changestream.streams.records import DataChangeRecord, data_changes
 from changestream.streams.roles import ChangeStreamSource
 

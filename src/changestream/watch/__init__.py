@@ -6,7 +6,7 @@ commit order; see :mod:`changestream.watch.merge` for how, and :class:`ChangeStr
 the cursor.
 """
 
-from changestream.watch.cluster_time import ClusterTime
+from changestream.watch._cluster_time import ClusterTime
 from changestream.watch.cursor import ChangeStreamCursor
 from changestream.watch.watchable import TableHandle, Watchable, WatchableDatabase
 

@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from changestream.errors import InvalidArgument, InvalidToken, reported
 from changestream.streams.roles import WatchedDatabase
+from changestream.watch._events import Document
+from changestream.watch._iteration import CursorIteration
 from changestream.watch.cursor import ChangeStreamCursor
-from changestream.watch.events import Document
-from changestream.watch.iteration import CursorIteration
 from changestream.watch.options import watch_options
 from changestream.watch.pipeline import AggregationPipeline
 from changestream.watch.tokens import ResumeToken, TokenKind

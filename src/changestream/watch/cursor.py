@@ -12,8 +12,8 @@ from changestream.clock import format_ts
 from changestream.errors import InvalidArgument, OutOfRange, reported
 from changestream.streams.records import DataChangeRecord
 from changestream.streams.roles import WatchedDatabase
-from changestream.watch.events import INVALIDATING, Document, Event, EventBuilder
-from changestream.watch.iteration import CursorIteration
+from changestream.watch._events import INVALIDATING, Document, Event, EventBuilder
+from changestream.watch._iteration import CursorIteration
 from changestream.watch.merge import PartitionMerge, SortKey
 from changestream.watch.options import watch_options
 from changestream.watch.pipeline import AggregationPipeline

@@ -1,7 +1,7 @@
 """The k-way merge: every partition of a change stream as one feed in commit order.
 
 This is the seed's mongos merge. Each live partition has a reader thread (see
-:mod:`changestream.watch.readers`) running the read function and feeding one inbox; the merge
+:mod:`changestream.watch._readers`) running the read function and feeding one inbox; the merge
 keeps a buffer per partition and, for each, a *floor*: a sort key every record the partition has
 yet to deliver sorts above. A record's own key is its partition's floor; after the last record
 of a transaction in a partition, or a heartbeat at T, the floor is "above everything at T"
@@ -48,7 +48,7 @@ from changestream.streams.records import (
     HeartbeatRecord,
 )
 from changestream.streams.roles import ChangeStreamSource
-from changestream.watch.readers import READERS
+from changestream.watch._readers import READERS
 
 #: The heartbeat interval readers ask for: the read function's minimum.
 HEARTBEAT_MS = 1000

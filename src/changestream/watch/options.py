@@ -11,7 +11,7 @@ import orjson
 from changestream.clock import parse_ts
 from changestream.errors import InvalidArgument
 from changestream.streams.watch_arguments import WATCH_ARGUMENTS
-from changestream.watch.cluster_time import ClusterTime
+from changestream.watch._cluster_time import ClusterTime
 from changestream.watch.tokens import ResumeToken, TokenKind
 
 FULL_DOCUMENT_MODES = ("default", "updateLookup", "whenAvailable", "required")

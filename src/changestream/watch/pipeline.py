@@ -19,7 +19,7 @@ from typing import Any
 
 from changestream.deprecation import renamed
 from changestream.errors import InvalidArgument
-from changestream.watch.cluster_time import ClusterTime
+from changestream.watch._cluster_time import ClusterTime
 
 Document = dict[str, Any]
 Predicate = Callable[[Mapping[str, Any]], bool]

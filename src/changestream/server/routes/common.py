@@ -18,10 +18,10 @@ from changestream.errors import (
     ResourceExhausted,
     Unavailable,
 )
+from changestream.server._metrics import OpenStream
+from changestream.server._streaming import LineStream, start_stream
 from changestream.server.app import ServerState
 from changestream.server.auth import ANONYMOUS, Principal
-from changestream.server.metrics import OpenStream
-from changestream.server.streaming import LineStream, start_stream
 from changestream.store.keys import KeyRange
 from changestream.streams.records import ChildPartitionsRecord, HeartbeatRecord
 from changestream.wire import models

@@ -18,6 +18,7 @@ from changestream.errors import (
     InvalidArgument,
     ResourceExhausted,
 )
+from changestream.server._streaming import LineStream
 from changestream.server.app import ServerState
 from changestream.server.auth import Principal
 from changestream.server.routes.common import (
@@ -29,7 +30,6 @@ from changestream.server.routes.common import (
     stream_lines,
     typed,
 )
-from changestream.server.streaming import LineStream
 from changestream.store.transaction import Transaction
 from changestream.streams.read import ChangeStreamReader, validate
 from changestream.streams.sandbox import SqlSandbox

@@ -10,9 +10,9 @@ from changestream.embedded.database import store_of
 from changestream.errors import (
     ChangeStreamError,
 )
+from changestream.server._metrics import CONTENT_TYPE
 from changestream.server.app import JSONResponse, ServerState
 from changestream.server.auth import Principal
-from changestream.server.metrics import CONTENT_TYPE
 from changestream.server.openapi import DOCS_HTML, openapi_document
 from changestream.wire import models
 

@@ -31,7 +31,7 @@ from changestream.errors import InvalidArgument, NotFound
 from changestream.streams.records import DataChangeRecord, Mod
 from changestream.streams.roles import TableStore
 from changestream.types import ColumnType
-from changestream.watch.cluster_time import ClusterTime
+from changestream.watch._cluster_time import ClusterTime
 from changestream.watch.options import WatchOptions
 from changestream.watch.tokens import ResumeToken, TokenKind
 

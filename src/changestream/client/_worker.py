@@ -8,9 +8,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from changestream.client.consumer import PartitionConsumer
-from changestream.client.coordinator import ClientConfig, HeldLease, LeaseCoordinator
-from changestream.client.processor import ProcessorFactory
+from changestream.client._consumer import PartitionConsumer
+from changestream.client._coordinator import ClientConfig, HeldLease, LeaseCoordinator
+from changestream.client._processor import ProcessorFactory
 from changestream.clock import parse_ts
 from changestream.errors import (
     ChangeStreamError,

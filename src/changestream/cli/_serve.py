@@ -9,6 +9,7 @@ import ssl
 
 import click
 
+from changestream.cli._common import setting
 from changestream.errors import InvalidArgument
 from changestream.extras import needs
 from changestream.store.inspection import inspect
@@ -31,40 +32,25 @@ from changestream.store.inspection import inspect
 )
 @click.option("--tls-cert", metavar="PEM", help="Serve HTTPS with this certificate (chain).")
 @click.option("--tls-key", metavar="PEM", help="The private key of --tls-cert.")
-@click.option(
+@setting(
     "--keepalive",
-    default=10.0,
-    show_default=True,
-    type=click.FloatRange(min=0.1),
-    help="Seconds between keepalive lines on idle streams.",
+    10.0,
+    click.FloatRange(min=0.1),
+    "Seconds between keepalive lines on idle streams.",
 )
-@click.option(
-    "--max-body-bytes",
-    default=16 << 20,
-    show_default=True,
-    type=click.IntRange(min=1024),
-    help="Largest request body accepted.",
-)
-@click.option(
+@setting("--max-body-bytes", 16 << 20, click.IntRange(min=1024), "Largest request body accepted.")
+@setting(
     "--sql-max-seconds",
-    default=10.0,
-    show_default=True,
-    type=click.FloatRange(min=0.01),
-    help="Seconds one SQL statement may run before it is stopped.",
+    10.0,
+    click.FloatRange(min=0.01),
+    "Seconds one SQL statement may run before it is stopped.",
 )
-@click.option(
-    "--sql-max-rows",
-    default=100_000,
-    show_default=True,
-    type=click.IntRange(min=1),
-    help="Rows one SQL response may carry.",
-)
-@click.option(
+@setting("--sql-max-rows", 100_000, click.IntRange(min=1), "Rows one SQL response may carry.")
+@setting(
     "--max-streams-per-token",
-    default=64,
-    show_default=True,
-    type=click.IntRange(min=1),
-    help="Streaming responses one token may have open at once.",
+    64,
+    click.IntRange(min=1),
+    "Streaming responses one token may have open at once.",
 )
 @click.option(
     "--follow-symlinks",

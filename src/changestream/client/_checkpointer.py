@@ -10,7 +10,7 @@ from changestream.streams.positions import Position
 from changestream.streams.records import DataChangeRecord
 
 if TYPE_CHECKING:
-    from changestream.client.coordinator import HeldLease, LeaseCoordinator
+    from changestream.client._coordinator import HeldLease, LeaseCoordinator
 
 
 class LeaseLost(FailedPrecondition):

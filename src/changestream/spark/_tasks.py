@@ -30,7 +30,7 @@ from changestream.datastream.segments import (
     publish_lane,
 )
 from changestream.ddl.schema import Table
-from changestream.spark.backfill import Chunk
+from changestream.spark._backfill import Chunk
 from changestream.spark.frontier import ReadRange
 from changestream.spark.history import HistoryReplica
 from changestream.spark.planning import read_records

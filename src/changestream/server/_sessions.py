@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 from changestream.embedded.database import EmbeddedDatabase
 from changestream.errors import FailedPrecondition, Unavailable
-from changestream.server.workers import WorkerThreads, settle
+from changestream.server._workers import WorkerThreads, settle
 from changestream.store.transaction import Transaction
 
 T = TypeVar("T")

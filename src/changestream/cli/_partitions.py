@@ -7,7 +7,7 @@ from rich.console import Console
 from rich.text import Text
 from rich.tree import Tree
 
-from changestream.cli.common import json_line, open_database
+from changestream.cli._common import json_line, open_database
 from changestream.render import describe, lineage_tree
 
 

@@ -18,15 +18,15 @@ from dataclasses import dataclass
 
 import tenacity
 
-from changestream.client.checkpointer import Checkpointer, LeaseLost
-from changestream.client.coordinator import ClientConfig, HeldLease, LeaseCoordinator
-from changestream.client.lease_table import checkpoint_of
-from changestream.client.processor import (
+from changestream.client._checkpointer import Checkpointer, LeaseLost
+from changestream.client._coordinator import ClientConfig, HeldLease, LeaseCoordinator
+from changestream.client._processor import (
     InitializationContext,
     ProcessorFactory,
     RecordProcessor,
     ShutdownReason,
 )
+from changestream.client.lease_table import checkpoint_of
 from changestream.errors import DatabaseBusy, FailedPrecondition
 from changestream.retry import retrying
 from changestream.streams.positions import Position

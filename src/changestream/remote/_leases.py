@@ -11,7 +11,7 @@ from changestream.wire.records import (
 )
 
 if TYPE_CHECKING:
-    from changestream.remote.database import RemoteDatabase
+    from changestream.remote._database import RemoteDatabase
 
 
 class RemoteLeaseTable:

@@ -1,5 +1,5 @@
 """A transaction on a remote database: mutations buffered here and sent with the commit; DML
-run on the server when called (see :mod:`changestream.remote.database`)."""
+run on the server when called (see :mod:`changestream.remote._database`)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from changestream.wire import models
 from changestream.wire.values import encode
 
 if TYPE_CHECKING:
-    from changestream.remote.database import RemoteDatabase
+    from changestream.remote._database import RemoteDatabase
 
 
 class RemoteTransaction(MutationMethods):

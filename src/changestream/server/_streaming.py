@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import orjson
 
 from changestream.errors import ChangeStreamError
-from changestream.server.workers import WorkerThreads, settle
+from changestream.server._workers import WorkerThreads, settle
 from changestream.wire.records import error_to_json
 
 _log = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from changestream.cli.common import json_line, open_database
+from changestream.cli._common import json_line, open_database, setting
 from changestream.clock import format_ts
 from changestream.datastream import StreamCatalog, StreamDefinition, discover
 from changestream.datastream.definition import parse_names
@@ -84,57 +84,50 @@ _FORCE = click.option("--force", is_flag=True, help="Skip validation.")
     "in parentheses keeps only those columns (and the key) in events and replicas.",
 )
 @click.option("--exclude", metavar="T3", help="Leave these tables out (comma-separated).")
-@click.option(
+@setting(
     "--backfill",
-    type=click.Choice(["automatic", "none"]),
-    default="automatic",
-    show_default=True,
-    help="automatic: emit every existing row before the changes; none: only the changes.",
+    "automatic",
+    click.Choice(["automatic", "none"]),
+    "automatic: emit every existing row before the changes; none: only the changes.",
 )
-@click.option(
+@setting(
     "--file-rotation-mb",
-    type=float,
-    default=50.0,
-    show_default=True,
-    help="Close an event file once it holds this many megabytes.",
+    50.0,
+    click.FLOAT,
+    "Close an event file once it holds this many megabytes.",
 )
-@click.option(
+@setting(
     "--file-rotation-interval",
-    type=float,
-    default=60.0,
-    show_default=True,
+    60.0,
+    click.FLOAT,
+    "Close an event file once its first event is this old.",
     metavar="SECONDS",
-    help="Close an event file once its first event is this old.",
 )
-@click.option(
+@setting(
     "--replica-dropped-columns",
-    type=click.Choice(["keep", "drop"]),
-    default="keep",
-    show_default=True,
-    help="A column dropped from a source table: keep it in the replica (nullable, with the "
+    "keep",
+    click.Choice(["keep", "drop"]),
+    "A column dropped from a source table: keep it in the replica (nullable, with the "
     "values it had) or drop it (the Delta table is rewritten at its next change).",
 )
-@click.option(
+@setting(
     "--compression",
-    type=click.Choice(["none", "gzip"]),
-    default="none",
-    show_default=True,
-    help="Compress JSON event files with gzip (.jsonl.gz).",
+    "none",
+    click.Choice(["none", "gzip"]),
+    "Compress JSON event files with gzip (.jsonl.gz).",
 )
-@click.option(
+@setting(
     "--schema-file",
-    type=click.Choice(["none", "avro"]),
-    default="none",
-    show_default=True,
-    help="With JSON files: also write the Avro schema of each schema_key the events carry, "
+    "none",
+    click.Choice(["none", "avro"]),
+    "With JSON files: also write the Avro schema of each schema_key the events carry, "
     "as <destination>/<object>/_schemas/<schema_key>.avsc.",
 )
-@click.option(
+@setting(
     "--replica-mode",
-    type=click.Choice(["merge", "append-only"]),
-    default="merge",
-    show_default=True,
-    help="merge: the replica equals the source, one row per key; append-only: every event "
+    "merge",
+    click.Choice(["merge", "append-only"]),
+    "merge: the replica equals the source, one row per key; append-only: every event "
     "is appended with its change type (the history).",
 )
 @_VALIDATE_ONLY
@@ -445,13 +438,7 @@ def delete(name: str, db_path: str) -> None:
 @streams.command()
 @click.argument("name")
 @click.option("--db", "db_path", required=True, metavar="PATH_OR_URL", help=_DB_HELP)
-@click.option(
-    "--limit",
-    default=100,
-    show_default=True,
-    type=click.IntRange(1, 10_000),
-    help="Show at most this many of the latest errors.",
-)
+@setting("--limit", 100, click.IntRange(1, 10_000), "Show at most this many of the latest errors.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per error.")
 def errors(name: str, db_path: str, limit: int, as_json: bool) -> None:
     """Show the errors of stream NAME, oldest first (FetchStreamErrors): time, object,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import click
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from changestream.cli.common import TOKEN_KEY
+from changestream.cli._common import TOKEN_KEY, setting
 from changestream.clock import format_ts
 from changestream.extras import needs
 
@@ -35,56 +35,44 @@ def pipeline() -> None:
     is_flag=True,
     help="Stop once every change committed before the run started has landed.",
 )
-@click.option(
-    "--trigger-seconds",
-    type=click.FloatRange(min=0.05),
-    default=1.0,
-    show_default=True,
-    help="Micro-batch interval.",
-)
-@click.option(
+@setting("--trigger-seconds", 1.0, click.FloatRange(min=0.05), "Micro-batch interval.")
+@setting(
     "--max-records-per-trigger",
-    type=click.IntRange(min=0),
-    default=DEFAULT_MAX_RECORDS_PER_TRIGGER,
-    show_default=True,
-    help="At most this many changes per micro-batch (whole commits; 0: no limit).",
+    DEFAULT_MAX_RECORDS_PER_TRIGGER,
+    click.IntRange(min=0),
+    "At most this many changes per micro-batch (whole commits; 0: no limit).",
 )
-@click.option(
+@setting(
     "--max-bytes-per-trigger",
-    type=click.IntRange(min=0),
-    default=DEFAULT_MAX_BYTES_PER_TRIGGER,
-    show_default=True,
-    help="At most about this many bytes of change records per micro-batch (0: no limit).",
+    DEFAULT_MAX_BYTES_PER_TRIGGER,
+    click.IntRange(min=0),
+    "At most about this many bytes of change records per micro-batch (0: no limit).",
 )
-@click.option(
+@setting(
     "--batch-timeout",
-    type=click.FloatRange(min=1),
-    default=900.0,
-    show_default=True,
+    900.0,
+    click.FloatRange(min=1),
+    "Fail the run (recording the error) when a micro-batch runs longer than this.",
     metavar="SECONDS",
-    help="Fail the run (recording the error) when a micro-batch runs longer than this.",
 )
-@click.option(
+@setting(
     "--chunk-rows",
-    type=click.IntRange(min=1),
-    default=10_000,
-    show_default=True,
-    help="Rows per backfill chunk (chunks are read in parallel).",
+    10_000,
+    click.IntRange(min=1),
+    "Rows per backfill chunk (chunks are read in parallel).",
 )
-@click.option(
+@setting(
     "--compact-every",
-    type=click.IntRange(min=0),
-    default=50,
-    show_default=True,
+    50,
+    click.IntRange(min=0),
+    "Compact each replica's small files every N micro-batches (0: never).",
     metavar="N",
-    help="Compact each replica's small files every N micro-batches (0: never).",
 )
-@click.option(
+@setting(
     "--vacuum-retention-hours",
-    type=click.FloatRange(min=0),
-    default=168.0,
-    show_default=True,
-    help="When compacting, delete replica files only versions older than this need.",
+    168.0,
+    click.FloatRange(min=0),
+    "When compacting, delete replica files only versions older than this need.",
 )
 @click.option(
     "--spark-log",

@@ -12,7 +12,7 @@ from changestream.streams.positions import Position
 from changestream.streams.records import DataChangeRecord
 
 if TYPE_CHECKING:
-    from changestream.client.checkpointer import Checkpointer
+    from changestream.client._checkpointer import Checkpointer
 
 
 class ShutdownReason(enum.Enum):

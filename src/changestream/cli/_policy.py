@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from changestream.cli.common import json_line, open_database
+from changestream.cli._common import json_line, open_database
 from changestream.errors import InvalidArgument
 from changestream.store.policy import SplitPolicy
 

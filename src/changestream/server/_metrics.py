@@ -21,6 +21,42 @@ from changestream.clock import now_us
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
+_COUNTER, _GAUGE = CounterMetricFamily, GaugeMetricFamily
+#: Each family the server exports: its kind, its labels and its help text.
+_FAMILIES: dict[str, tuple[type[CounterMetricFamily | GaugeMetricFamily], tuple[str, ...], str]] = {
+    "changestream_commits": (_COUNTER, ("database",), "Transactions committed through the server."),
+    "changestream_rows_written": (
+        _COUNTER,
+        ("database",),
+        "Rows written by mutations and DML of committed transactions.",
+    ),
+    "changestream_records_read": (
+        _COUNTER,
+        ("database", "type"),
+        "Change records and result rows sent to clients, by type.",
+    ),
+    "changestream_open_streams": (_GAUGE, ("database",), "Streaming responses in flight."),
+    "changestream_partitions": (
+        _GAUGE,
+        ("database", "stream"),
+        "Live partitions of each change stream.",
+    ),
+    "changestream_stream_lag_seconds": (
+        _GAUGE,
+        ("database", "stream"),
+        "Largest time between now and how far an open read of the stream has got.",
+    ),
+    "changestream_requests": (
+        _COUNTER,
+        ("route", "status"),
+        "HTTP requests answered, by route and status.",
+    ),
+}
+
+
+def _by_database(counts: dict[str, int]) -> Iterator[tuple[tuple[str, ...], float]]:
+    return (((database,), n) for database, n in sorted(counts.items()))
+
 
 @dataclass(slots=True)
 class OpenStream:
@@ -94,64 +130,18 @@ class Metrics(Collector):
                 key = (entry.database, entry.stream)
                 lag[key] = max(lag.get(key, 0.0), max(now - entry.position, 0) / 1e6)
 
-        def family(
-            kind: type[CounterMetricFamily | GaugeMetricFamily],
-            name: str,
-            doc: str,
-            labels: list[str],
-            samples: Iterable[tuple[tuple[str, ...], float]],
-        ) -> Metric:
-            metric = kind(name, doc, labels=labels)
-            for values, value in samples:
-                metric.add_metric(list(values), value)
-            return metric
-
-        yield family(
-            CounterMetricFamily,
-            "changestream_commits",
-            "Transactions committed through the server.",
-            ["database"],
-            (((d,), n) for d, n in sorted(commits.items())),
-        )
-        yield family(
-            CounterMetricFamily,
-            "changestream_rows_written",
-            "Rows written by mutations and DML of committed transactions.",
-            ["database"],
-            (((d,), n) for d, n in sorted(rows.items())),
-        )
-        yield family(
-            CounterMetricFamily,
-            "changestream_records_read",
-            "Change records and result rows sent to clients, by type.",
-            ["database", "type"],
-            sorted(records.items()),
-        )
-        yield family(
-            GaugeMetricFamily,
-            "changestream_open_streams",
-            "Streaming responses in flight.",
-            ["database"],
-            (((d,), n) for d, n in sorted(open_streams.items())),
-        )
-        yield family(
-            GaugeMetricFamily,
-            "changestream_partitions",
-            "Live partitions of each change stream.",
-            ["database", "stream"],
-            (((d, s), n) for d, s, n in self._partitions),
-        )
-        yield family(
-            GaugeMetricFamily,
-            "changestream_stream_lag_seconds",
-            "Largest time between now and how far an open read of the stream has got.",
-            ["database", "stream"],
-            sorted(lag.items()),
-        )
-        yield family(
-            CounterMetricFamily,
-            "changestream_requests",
-            "HTTP requests answered, by route and status.",
-            ["route", "status"],
-            (((r, str(s)), n) for (r, s), n in sorted(requests.items())),
-        )
+        samples: dict[str, Iterable[tuple[tuple[str, ...], float]]] = {
+            "changestream_commits": _by_database(commits),
+            "changestream_rows_written": _by_database(rows),
+            "changestream_records_read": sorted(records.items()),
+            "changestream_open_streams": _by_database(open_streams),
+            "changestream_partitions": (((d, s), n) for d, s, n in self._partitions),
+            "changestream_stream_lag_seconds": sorted(lag.items()),
+            "changestream_requests": (((r, str(s)), n) for (r, s), n in sorted(requests.items())),
+        }
+        for name, values in samples.items():
+            family, labels, doc = _FAMILIES[name]
+            metric = family(name, doc, labels=list(labels))
+            for label_values, value in values:
+                metric.add_metric(list(label_values), value)
+            yield metric

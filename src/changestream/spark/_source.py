@@ -38,8 +38,9 @@ from pyspark.sql.types import StructType
 
 import changestream
 from changestream.clock import now_us
+from changestream.spark._options import EARLIEST, LATEST, SourceOptions, parse_options
+from changestream.spark._rows import range_batch, record_batches, spark_schema
 from changestream.spark.frontier import Frontier, ReadRange, ranges
-from changestream.spark.options import EARLIEST, LATEST, SourceOptions, parse_options
 from changestream.spark.planning import (
     batch_ranges,
     group,
@@ -48,7 +49,6 @@ from changestream.spark.planning import (
     read_records,
     resolve_position,
 )
-from changestream.spark.rows import range_batch, record_batches, spark_schema
 from changestream.streams.roles import ChangeStreamSource
 
 
@@ -98,7 +98,7 @@ def _worker_import_problem(spark: SparkSession) -> str | None:
         import sys
 
         try:
-            import changestream.spark.source  # noqa: F401
+            import changestream.spark._source  # noqa: F401
         except Exception as exc:
             return f"{sys.executable}: {type(exc).__name__}: {exc}"
         return ""

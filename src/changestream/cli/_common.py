@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -17,6 +18,16 @@ if TYPE_CHECKING:
 TOKEN_KEY = "changestream.token"
 #: Where the group's ``--ca-cert`` option leaves the CA bundle for :func:`open_database`.
 CA_CERT_KEY = "changestream.ca_cert"
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def setting(
+    name: str, default: Any, kind: click.ParamType[Any], text: str, **more: Any
+) -> Callable[[_F], _F]:
+    """An option with a default that ``--help`` shows: ``kind`` checks it, ``text`` says it."""
+    return click.option(name, type=kind, default=default, show_default=True, help=text, **more)
 
 
 def open_database(

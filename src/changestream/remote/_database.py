@@ -36,10 +36,10 @@ from changestream.errors import (
     Unavailable,
     reported_items,
 )
-from changestream.remote import http
-from changestream.remote.http import Endpoints
-from changestream.remote.leases import RemoteLeaseTable
-from changestream.remote.transaction import RemoteTransaction
+from changestream.remote import _http as http
+from changestream.remote._http import Endpoints
+from changestream.remote._leases import RemoteLeaseTable
+from changestream.remote._transaction import RemoteTransaction
 from changestream.sql.statements import ReadFunctionCall, parse_statement
 from changestream.store.keys import KeyRange
 from changestream.store.models import (

@@ -19,7 +19,7 @@ def local_session(
     """A SparkSession on ``master`` whose Python workers run this interpreter (so they see
     the same packages), with the ``changestream`` source registered. With ``log``, the JVM's
     own output (its WARN lines, progress bars) goes to that file, not to this terminal."""
-    from changestream.spark.source import register
+    from changestream.spark._source import register
 
     # Workers must import changestream and pyarrow from this environment.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

@@ -10,7 +10,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from changestream.cli.common import open_database
+from changestream.cli._common import open_database
 from changestream.client import LeaseStatus, describe_leases
 from changestream.clock import now_us
 from changestream.render import short_token
