@@ -1,10 +1,11 @@
 """The changestream server: the Database interface over HTTP.
 
 ``changestream serve PATH_OR_DIR`` runs :func:`create_app` on uvicorn. The modules: ``app``
-and ``routes`` (the ASGI application), ``auth`` (tokens and scopes), ``databases`` (which
-files are served), ``statuses`` (errors to HTTP statuses), ``streaming`` and ``workers``
-(NDJSON responses fed by engine threads), ``sessions`` (transactions with DML), ``metrics``,
-``openapi`` (the generated document and Swagger UI) and ``serve`` (uvicorn). The endpoints,
+and ``routes`` (the ASGI application), ``auth`` (tokens and scopes), ``openapi`` (the
+generated document and Swagger UI) and ``serve`` (uvicorn); the private ``_databases`` (which
+files are served), ``_statuses`` (errors to HTTP statuses), ``_streaming`` and ``_workers``
+(NDJSON responses fed by engine threads), ``_sessions`` (transactions with DML) and
+``_metrics``. The endpoints,
 their bodies and the JSON encodings are :mod:`changestream.wire`'s, shared with the client
 (:mod:`changestream.remote`, also reachable here as before).
 
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
 
 #: Each public name and the module it lives in.
 _HOMES = {
-    "Databases": "databases",
+    "Databases": "_databases",
     "NoAuth": "auth",
     "RemoteDatabase": "changestream.remote",
     "RemoteTransaction": "changestream.remote",
