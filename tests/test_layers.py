@@ -43,6 +43,8 @@ ALLOWED: dict[str, set[str]] = {
     # The remote client offers the stream resources (datastream's definitions, for typing).
     "remote": _BASE | {"ddl", "sql", "store", "streams", "watch", "wire", "datastream"},
     "datastream": _BASE | {"ddl", "sql", "store", "streams"},
+    # A source writes into a local database (positions in the same transaction as changes).
+    "sources": _BASE | {"ddl", "sql", "store", "streams", "embedded"},
     "spark": _BASE | {"ddl", "sql", "store", "streams", "datastream"},
     # ``server`` still hands out the remote client under its old names (deprecated).
     "server": _BASE

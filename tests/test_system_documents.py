@@ -51,6 +51,28 @@ def test_documents_are_versioned_and_conditional(tmp_path: Path, open_db: OpenDb
     assert list(db.system_documents("k2")) == ["s1"]
 
 
+def test_a_document_written_in_a_transaction_commits_with_its_changes_or_not_at_all(
+    tmp_path: Path,
+) -> None:
+    db = changestream.open(str(tmp_path / "atomic.db"))  # an embedded transaction's own
+    db.execute_ddl("CREATE TABLE T (K INT64 NOT NULL, V STRING(MAX)) PRIMARY KEY (K)")
+    with db.transaction() as tx:
+        tx.insert("T", ["K", "V"], [[1, "a"]])
+        tx.put_system_document("position", "src", {"lsn": 10})
+    assert db.system_documents("position")["src"].body == {"lsn": 10}
+    with pytest.raises(AlreadyExists), db.transaction() as tx:
+        tx.put_system_document("position", "src", {"lsn": 20})
+        tx.insert("T", ["K", "V"], [[1, "again"]])  # fails at commit: the row exists
+    (document,) = db.system_documents("position").values()
+    assert (document.body, document.version) == ({"lsn": 10}, 1)
+    with db.transaction() as tx:
+        tx.put_system_document("position", "src", {"lsn": 30})
+    assert db.system_documents("position")["src"].version == 2
+    with pytest.raises(InvalidArgument, match="JSON object"), db.transaction() as tx:
+        tx.put_system_document("position", "src", ["not", "an", "object"])
+    db.close()
+
+
 def test_documents_reject_what_is_not_json(tmp_path: Path, open_db: OpenDb) -> None:
     db = open_db(str(tmp_path / "docs.db"))
     with pytest.raises(InvalidArgument, match=r"body\.when holds a date"):

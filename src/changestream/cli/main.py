@@ -19,6 +19,7 @@ from changestream.cli._pipeline import pipeline
 from changestream.cli._policy import policy
 from changestream.cli._serve import serve
 from changestream.cli._serve import token as token_command
+from changestream.cli._sources import sources
 from changestream.cli._sql import sql
 from changestream.cli._streams import discover_command, streams
 from changestream.clock import format_ts
@@ -107,3 +108,4 @@ main.add_command(token_command)
 main.add_command(streams)
 main.add_command(discover_command)
 main.add_command(pipeline)
+main.add_command(sources)

@@ -121,11 +121,24 @@ def put_system_document(
                 "another writer changed it; read it again"
             )
         version = 1 if current is None else current + 1
-        conn.execute(
-            "INSERT OR REPLACE INTO _cs_documents (kind, name, version, body) VALUES (?, ?, ?, ?)",
-            (kind, name, version, text),
-        )
+        _write(conn, kind, name, version, text)
     return version
+
+
+def write_in_transaction(conn: sqlite3.Connection, kind: str, name: str, text: bytes) -> None:
+    """Write a document inside the write transaction open on ``conn``, whatever version it is
+    at (its owner is the only writer: a source's position, written with its changes)."""
+    row = conn.execute(
+        "SELECT version FROM _cs_documents WHERE kind = ? AND name = ?", (kind, name)
+    ).fetchone()
+    _write(conn, kind, name, 1 if row is None else int(row[0]) + 1, text)
+
+
+def _write(conn: sqlite3.Connection, kind: str, name: str, version: int, text: bytes) -> None:
+    conn.execute(
+        "INSERT OR REPLACE INTO _cs_documents (kind, name, version, body) VALUES (?, ?, ?, ?)",
+        (kind, name, version, text),
+    )
 
 
 def delete_system_document(

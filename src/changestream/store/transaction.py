@@ -23,6 +23,7 @@ from changestream.errors import (
 )
 from changestream.sql.limits import SqlLimits
 from changestream.sql.statements import DmlStatement, parse_statement
+from changestream.store import documents
 from changestream.store.budget import StatementBudget
 from changestream.store.changes import CommitContext, InsertBatch, RowChange
 from changestream.store.database import WriteContext
@@ -482,6 +483,7 @@ class Transaction(MutationMethods):
         #: unless a client that holds its own session (a remote handle) names it.
         self.session_id = session_id or store.session_id
         self._mutations: list[Mutation] = []
+        self._documents: dict[tuple[str, str], bytes] = {}
         self._conn: sqlite3.Connection | None = None
         self._tracker: ChangeTracker | None = None
         self._done = False
@@ -514,6 +516,15 @@ class Transaction(MutationMethods):
             )
         rows = [normalized_key(schema, key) for key in keys]
         self._mutations.append(Mutation("delete", codec, rows))
+
+    @reported
+    def put_system_document(self, kind: str, name: str, body: object) -> None:
+        """Write system document ``kind``/``name`` as part of this transaction: it is stored
+        with the transaction's changes or, if the commit fails, not at all (whatever version
+        it was at: for state that only this writer changes, such as a source's position)."""
+        self._check_open()
+        key = (documents.check_key(kind, "kind"), documents.check_key(name, "name"))
+        self._documents[key] = documents.dump_body(body, "body")
 
     @reported
     def execute_update(
@@ -610,6 +621,8 @@ class Transaction(MutationMethods):
         self._store.capture(ctx, context)
         if load:
             record_load(ctx.conn, ts, load)
+        for (kind, name), text in self._documents.items():
+            documents.write_in_transaction(ctx.conn, kind, name, text)
 
     def rollback(self) -> None:
         """Discard everything; the transaction cannot be used afterwards."""

@@ -1,0 +1,239 @@
+"""What a PostgreSQL server must offer a source, checked with clear errors, and the shape of
+the tables it mirrors."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from changestream.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
+from changestream.retry import retrying
+from changestream.sources.pg_types import PgColumn, column_type
+from changestream.sources.pgoutput import lsn_text
+from changestream.types import ColumnType
+
+#: Every session a source opens reads and writes times in UTC.
+SESSION_OPTIONS = "-c TimeZone=UTC -c bytea_output=hex -c DateStyle=ISO"
+CONNECT_ATTEMPTS = 5
+
+
+def _psycopg2() -> Any:
+    try:
+        import psycopg2  # type: ignore[import-untyped]
+        import psycopg2.extras  # type: ignore[import-untyped]
+    except ImportError as exc:  # pragma: no cover - the sources extra is missing
+        raise FailedPrecondition(
+            "PostgreSQL sources need psycopg2: pip install 'changestream[sources]'"
+        ) from exc
+    return psycopg2
+
+
+def connect(dsn: str, replication: bool = False) -> Any:
+    """A connection to ``dsn`` (a replication one when asked), retried with backoff while the
+    server cannot be reached; Unavailable naming the server when it never answers."""
+    psycopg2 = _psycopg2()
+    factory = psycopg2.extras.LogicalReplicationConnection if replication else None
+
+    def attempt() -> Any:
+        return psycopg2.connect(
+            dsn, connection_factory=factory, options=SESSION_OPTIONS, connect_timeout=5
+        )
+
+    def unreachable(exc: BaseException) -> bool:
+        return isinstance(exc, psycopg2.OperationalError)
+
+    try:
+        return retrying(unreachable, first=0.2, most=2.0, attempts=CONNECT_ATTEMPTS)(attempt)
+    except psycopg2.OperationalError as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise Unavailable(f"cannot reach the PostgreSQL server of the source: {reason}") from exc
+
+
+@contextmanager
+def session(dsn: str) -> Iterator[Any]:
+    """A plain connection, closed afterwards."""
+    conn = connect(dsn)
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+def check_server(conn: Any) -> None:
+    """The settings logical replication needs: FailedPrecondition naming what to change."""
+    with conn.cursor() as cur:
+        cur.execute("SHOW wal_level")
+        (level,) = cur.fetchone()
+        if level != "logical":
+            raise FailedPrecondition(
+                f"the source's server has wal_level = {level}; a source needs wal_level = logical "
+                "(set it in postgresql.conf and restart the server)"
+            )
+        cur.execute("SELECT rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user")
+        (allowed,) = cur.fetchone()
+        if not allowed:
+            raise FailedPrecondition(
+                "the source's user lacks the REPLICATION privilege "
+                "(ALTER ROLE <user> WITH REPLICATION)"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class MirroredTable:
+    """A source table, the mirror it gets, and how its text values become Python values."""
+
+    source: str
+    mirror: str
+    columns: tuple[str, ...]
+    types: tuple[ColumnType, ...]
+    primary_key: tuple[str, ...]
+
+    def ddl(self) -> str:
+        columns = ", ".join(
+            f"{name} {ctype}{' NOT NULL' if name in self.primary_key else ''}"
+            for name, ctype in zip(self.columns, self.types, strict=True)
+        )
+        return f"CREATE TABLE {self.mirror} ({columns}) PRIMARY KEY ({', '.join(self.primary_key)})"
+
+
+def all_tables(conn: Any) -> tuple[str, ...]:
+    """Every ordinary table of the ``public`` schema, as ``public.table``."""
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT relname FROM pg_class WHERE relnamespace = 'public'::regnamespace "
+            "AND relkind IN ('r', 'p') ORDER BY relname"
+        )
+        return tuple(f"public.{name}" for (name,) in cur.fetchall())
+
+
+def describe(conn: Any, table: str, mirror: str) -> MirroredTable:
+    """The columns, mirrored types and primary key of source table ``schema.table``."""
+    schema, _, name = table.partition(".")
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p')",
+            (schema, name),
+        )
+        found = cur.fetchone()
+        if found is None:
+            raise NotFound(f"the source has no table {table}")
+        (oid,) = found
+        cur.execute(
+            "SELECT a.attname, "
+            "CASE WHEN t.typcategory = 'A' THEN e.typname ELSE t.typname END, "
+            "t.typcategory = 'A', "
+            "CASE WHEN t.typcategory = 'A' THEN e.typtype ELSE t.typtype END = 'e', "
+            "format_type(a.atttypid, a.atttypmod), "
+            "COALESCE(a.attnum = ANY(i.indkey), false) "
+            "FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid "
+            "LEFT JOIN pg_type e ON e.oid = t.typelem "
+            "LEFT JOIN pg_index i ON i.indrelid = a.attrelid AND i.indisprimary "
+            "WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
+            (oid,),
+        )
+        rows = cur.fetchall()
+        cur.execute(
+            "SELECT a.attname FROM pg_index i, unnest(i.indkey) WITH ORDINALITY k(attnum, n) "
+            "JOIN pg_attribute a ON a.attnum = k.attnum "
+            "WHERE i.indrelid = %s AND i.indisprimary AND a.attrelid = %s ORDER BY k.n",
+            (oid, oid),
+        )
+        key = tuple(attname for (attname,) in cur.fetchall())
+    if not key:
+        raise FailedPrecondition(
+            f"source table {table} has no primary key; a mirror needs one to apply updates and "
+            f"deletes (ALTER TABLE {table} ADD PRIMARY KEY (...)), or leave it out of --tables"
+        )
+    columns = [PgColumn(r[0], r[1], r[2], r[3], r[4]) for r in rows]
+    return MirroredTable(
+        source=table,
+        mirror=mirror,
+        columns=tuple(c.name for c in columns),
+        types=tuple(column_type(c, table) for c in columns),
+        primary_key=key,
+    )
+
+
+def type_of(conn: Any, type_oid: int, column: str, table: str) -> ColumnType:
+    """The mirrored type of a column added to ``table`` since it was described."""
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT CASE WHEN t.typcategory = 'A' THEN e.typname ELSE t.typname END, "
+            "t.typcategory = 'A', "
+            "CASE WHEN t.typcategory = 'A' THEN e.typtype ELSE t.typtype END = 'e', "
+            "format_type(t.oid, NULL) FROM pg_type t LEFT JOIN pg_type e ON e.oid = t.typelem "
+            "WHERE t.oid = %s",
+            (type_oid,),
+        )
+        row = cur.fetchone()
+    if row is None:
+        raise InvalidArgument(f"column {column!r} of {table} has an unknown type (oid {type_oid})")
+    return column_type(PgColumn(column, row[0], row[1], row[2], row[3]), table)
+
+
+def ensure_publication(conn: Any, publication: str, tables: tuple[str, ...]) -> None:
+    """Create the publication for ``tables`` unless it exists (then it must cover them)."""
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT schemaname || '.' || tablename FROM pg_publication_tables WHERE pubname = %s",
+            (publication,),
+        )
+        covered = {name for (name,) in cur.fetchall()}
+        cur.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (publication,))
+        exists = cur.fetchone() is not None
+        if exists:
+            missing = [t for t in tables if t not in covered]
+            if missing:
+                raise FailedPrecondition(
+                    f"publication {publication} exists but does not publish {', '.join(missing)}"
+                )
+            return
+        listed = ", ".join(f'"{s}"."{t}"' for s, _, t in (n.partition(".") for n in tables))
+        cur.execute(f"CREATE PUBLICATION {publication} FOR TABLE {listed}")
+    conn.commit()
+
+
+def lock_source(conn: Any, slot: str) -> None:
+    """Hold the session lock that makes this connector the only one of its slot (released
+    when the session ends, a killed connector's included)."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT pg_try_advisory_lock(hashtext(%s))", (f"changestream:{slot}",))
+        (locked,) = cur.fetchone()
+    if not locked:
+        raise FailedPrecondition(
+            f"replication slot {slot} is in use by another connector of this source"
+        )
+
+
+def drop_slot(conn: Any, slot: str) -> None:
+    """Drop ``slot`` if it exists."""
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+            "WHERE slot_name = %s",
+            (slot,),
+        )
+
+
+def advance_slot(conn: Any, slot: str, lsn: int) -> None:
+    """Confirm every transaction of ``slot`` that ends at or before ``lsn``."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT pg_replication_slot_advance(%s, %s::pg_lsn)", (slot, lsn_text(lsn)))
+
+
+#: The prefix of the connector's own logical decoding messages.
+MARKER_PREFIX = "changestream.caught_up"
+
+
+def emit_marker(conn: Any) -> bytes:
+    """Commit a logical decoding message that comes after every commit made so far; the
+    connector has caught up when it reads it. Returns the message's (unique) content."""
+    content = uuid.uuid4().hex.encode()
+    with conn.cursor() as cur:
+        cur.execute("SELECT pg_logical_emit_message(true, %s, %s::bytea)", (MARKER_PREFIX, content))
+    conn.commit()
+    return content

@@ -1,0 +1,212 @@
+"""The PostgreSQL connector: an initial copy consistent with a new replication slot, then the
+slot's ``pgoutput`` stream, one changestream transaction per source transaction.
+
+The slot is acknowledged (flush LSN) only after the transaction that reached it has committed
+here, and transactions that end at or before the recorded position are skipped, so a connector
+killed at any moment resumes without losing or repeating a change. A copy cut short starts
+again from a new slot (the old snapshot is gone with its session).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from changestream.sources import pg_catalog
+from changestream.sources.definition import SourceDefinition, SourcePosition
+from changestream.sources.mirror import Change, Mirror, SourceTransaction
+from changestream.sources.pg_catalog import MARKER_PREFIX
+from changestream.sources.pgoutput import (
+    Begin,
+    Commit,
+    LogicalMessage,
+    Relation,
+    decode,
+    lsn_text,
+    parse_lsn,
+)
+
+if TYPE_CHECKING:
+    from changestream.embedded import EmbeddedDatabase
+
+log = logging.getLogger(__name__)
+
+#: Rows per transaction of the initial copy.
+COPY_CHUNK_ROWS = 5_000
+#: How long to wait before asking the slot again when it had nothing (seconds).
+POLL_S = 0.02
+#: Changes read from the slot at a time (whole transactions: a read ends at a commit).
+PEEK_CHANGES = 10_000
+
+
+@dataclass(slots=True)
+class RunSummary:
+    """What one run of a source did."""
+
+    copied_rows: int = 0
+    transactions: int = 0
+    skipped_transactions: int = 0
+    lsn: int = 0
+
+
+Progress = Callable[[RunSummary], None]
+
+
+class PostgresConnector:
+    """Keeps the mirror tables of one PostgreSQL source up to date."""
+
+    def __init__(
+        self,
+        db: EmbeddedDatabase,
+        definition: SourceDefinition,
+        position: SourcePosition | None,
+        progress: Progress | None = None,
+    ) -> None:
+        self._db = db
+        self._definition = definition
+        self._position = position
+        self._progress = progress or (lambda summary: None)
+        self._mirror = Mirror(db, definition)
+        self.summary = RunSummary(lsn=0 if position is None else position.lsn)
+
+    def run(self, stop: threading.Event, until_caught_up: bool = False) -> RunSummary:
+        """Copy (when not done yet), then follow the slot until ``stop`` is set or, with
+        ``until_caught_up``, until every source commit made before the call is here."""
+        definition = self._definition
+        with pg_catalog.session(definition.dsn) as conn:
+            conn.autocommit = True
+            pg_catalog.check_server(conn)
+            pg_catalog.lock_source(conn, definition.slot)
+            for table in definition.tables:
+                self._mirror.add_table(pg_catalog.describe(conn, table, definition.mirror(table)))
+            copied = self._position is not None and self._position.state == "streaming"
+            if not copied and not self._copy(conn, stop):
+                return self.summary  # stopped mid-copy: the next run copies again
+            marker = pg_catalog.emit_marker(conn) if until_caught_up else None
+            self._follow(conn, stop, marker)
+        return self.summary
+
+    # -- the initial copy ----------------------------------------------------------------
+
+    def _copy(self, conn: Any, stop: threading.Event) -> bool:
+        """Copy every table from a new slot's snapshot; False when ``stop`` cut it short."""
+        definition = self._definition
+        self._mirror.save_position(SourcePosition("copying", 0))
+        self._mirror.clear()
+        pg_catalog.drop_slot(conn, definition.slot)
+        replication = pg_catalog.connect(definition.dsn, replication=True)
+        try:
+            with replication.cursor() as cur:
+                cur.execute(
+                    f"CREATE_REPLICATION_SLOT {definition.slot} LOGICAL pgoutput EXPORT_SNAPSHOT"
+                )
+                _, consistent_point, snapshot, _ = cur.fetchone()
+            # The snapshot lives as long as the replication session runs no other command.
+            with pg_catalog.session(definition.dsn) as snap:
+                snap.set_session(isolation_level="REPEATABLE READ", readonly=True)
+                with snap.cursor() as cur:
+                    cur.execute("SET TRANSACTION SNAPSHOT %s", (snapshot,))
+                whole = all(self._copy_table(snap, table, stop) for table in definition.tables)
+                snap.rollback()
+        finally:
+            replication.close()
+        if not whole:
+            return False
+        lsn = parse_lsn(consistent_point)
+        self._position = SourcePosition("streaming", lsn)
+        self._mirror.save_position(self._position)
+        self.summary.lsn = lsn
+        return True
+
+    def _copy_table(self, snap: Any, table: str, stop: threading.Event) -> bool:
+        mirrored = self._mirror.table(table)
+        columns = ", ".join(f'"{c}"::text' for c in mirrored.columns)
+        schema, _, name = table.partition(".")
+        with snap.cursor(name=f"copy_{mirrored.mirror}") as cur:
+            cur.itersize = COPY_CHUNK_ROWS
+            cur.execute(f'SELECT {columns} FROM "{schema}"."{name}"')
+            while rows := cur.fetchmany(COPY_CHUNK_ROWS):
+                if stop.is_set():
+                    return False
+                self._mirror.copy_rows(table, rows)
+                self.summary.copied_rows += len(rows)
+                self._progress(self.summary)
+        return True
+
+    # -- following the slot --------------------------------------------------------------
+
+    def _follow(self, conn: Any, stop: threading.Event, marker: bytes | None) -> None:
+        """Apply the slot's transactions until ``stop`` or, given a ``marker``, until the
+        transaction that emitted it (committed after everything the run must catch up with).
+
+        The slot is read with ``pg_logical_slot_peek_binary_changes`` and moved on with
+        ``pg_replication_slot_advance`` only once what was read has committed here: the
+        slot never confirms a transaction this database does not hold. (psycopg2's streaming
+        cursor confirms the server's WAL end on its own when a keepalive comes before any
+        data, which can skip a backlog after a crash.)"""
+        definition = self._definition
+        assert self._position is not None
+        applied = self._position.lsn
+        begin: Begin | None = None
+        changes: list[Change] = []
+        with conn.cursor() as cur:
+            while not stop.is_set():
+                cur.execute(
+                    "SELECT data FROM pg_logical_slot_peek_binary_changes(%s, NULL, %s, "
+                    "'proto_version', '1', 'publication_names', %s, 'messages', 'true')",
+                    (definition.slot, PEEK_CHANGES, definition.publication),
+                )
+                rows = cur.fetchall()
+                if not rows:
+                    stop.wait(POLL_S)
+                    continue
+                marked = False
+                for (data,) in rows:
+                    decoded = decode(bytes(data))
+                    if isinstance(decoded, Begin):
+                        begin, changes = decoded, []
+                    elif isinstance(decoded, Commit):
+                        assert begin is not None, "a commit without its begin"
+                        if decoded.end_lsn <= applied:
+                            self.summary.skipped_transactions += 1
+                        else:
+                            self._apply(
+                                SourceTransaction(
+                                    begin.xid, decoded.commit_lsn, decoded.end_lsn, tuple(changes)
+                                )
+                            )
+                            applied = decoded.end_lsn
+                        begin, changes = None, []
+                    elif isinstance(decoded, Relation):
+                        self._follow_shape(conn, decoded)
+                    elif isinstance(decoded, LogicalMessage):
+                        marked = marked or (
+                            decoded.prefix == MARKER_PREFIX and decoded.content == marker
+                        )
+                    elif decoded is not None:
+                        changes.append(decoded)
+                pg_catalog.advance_slot(conn, definition.slot, applied)
+                if marked:
+                    return
+
+    def _apply(self, transaction: SourceTransaction) -> None:
+        if transaction.changes:
+            self._mirror.apply(transaction)
+        else:
+            self._mirror.save_position(SourcePosition("streaming", transaction.end_lsn))
+        self.summary.transactions += 1
+        self.summary.lsn = transaction.end_lsn
+        self._progress(self.summary)
+        log.debug(
+            "source transaction %s applied (%s)", transaction.xid, lsn_text(transaction.end_lsn)
+        )
+
+    def _follow_shape(self, conn: Any, relation: Relation) -> None:
+        table = self._mirror.relation(relation)
+        for column in relation.columns:
+            if column.name not in table.columns:
+                ctype = pg_catalog.type_of(conn, column.type_oid, column.name, table.source)
+                self._mirror.add_column(table.source, column.name, ctype)

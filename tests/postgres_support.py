@@ -1,0 +1,106 @@
+"""A real PostgreSQL 15 server for the source tests: ``initdb`` in a temporary directory (as the
+``postgres`` user when the tests run as root, since initdb refuses root), a private socket, no
+TCP, ``wal_level = logical``. Started once per test session."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+BIN = Path("/usr/lib/postgresql/15/bin")
+
+
+def _as_postgres(command: list[str]) -> list[str]:
+    if os.geteuid() == 0:
+        return ["runuser", "-u", "postgres", "--", *command]
+    return command
+
+
+class PostgresServer:
+    """A running server; ``dsn(db)`` connects to database ``db`` over the private socket."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.data = root / "data"
+        self.socket = root / "socket"
+
+    def dsn(self, database: str = "postgres") -> str:
+        return f"host={self.socket} dbname={database} user=postgres"
+
+    def sql(self, statement: str, database: str = "postgres") -> None:
+        """Run ``statement`` (autocommit), as a superuser."""
+        import psycopg2
+
+        conn = psycopg2.connect(self.dsn(database))
+        conn.autocommit = True
+        try:
+            with conn.cursor() as cur:
+                cur.execute(statement)
+        finally:
+            conn.close()
+
+    def create_database(self, name: str) -> str:
+        self.sql(f"CREATE DATABASE {name}")
+        return self.dsn(name)
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    if not (BIN / "initdb").exists():
+        pytest.skip(f"PostgreSQL 15 is not installed at {BIN}: the source tests need it")
+    pytest.importorskip("psycopg2", reason="psycopg2 (the sources extra) is not installed")
+    root = Path(tempfile.mkdtemp(prefix="cs-pg-"))
+    server = PostgresServer(root)
+    server.socket.mkdir()
+    if os.geteuid() == 0:
+        shutil.chown(root, "postgres")
+        shutil.chown(server.socket, "postgres")
+    subprocess.run(
+        _as_postgres(
+            [str(BIN / "initdb"), "-D", str(server.data), "-U", "postgres", "-A", "trust"]
+        ),
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    log = root / "server.log"
+    subprocess.run(
+        _as_postgres(
+            [
+                str(BIN / "pg_ctl"),
+                "-D",
+                str(server.data),
+                "-l",
+                str(log),
+                "-w",
+                "-t",
+                "60",
+                "-o",
+                f"-c listen_addresses='' -c unix_socket_directories='{server.socket}' "
+                "-c wal_level=logical -c max_replication_slots=20 -c max_wal_senders=20 "
+                "-c fsync=off -c wal_sender_timeout=10s",
+                "start",
+            ]
+        ),
+        check=True,
+        capture_output=True,
+        timeout=90,
+    )
+    try:
+        yield server
+    finally:
+        subprocess.run(
+            _as_postgres([str(BIN / "pg_ctl"), "-D", str(server.data), "-m", "immediate", "stop"]),
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+        time.sleep(0.2)
+        shutil.rmtree(root, ignore_errors=True)

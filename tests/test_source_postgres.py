@@ -1,0 +1,326 @@
+"""PostgreSQL as a change source, against a real PostgreSQL 15 server: mirrors equal to their
+source tables, each source transaction once and in order in the change stream, restarts after
+SIGKILL that lose and repeat nothing, and clear errors for bad input."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+import changestream
+from changestream.cli import main
+from changestream.clock import now_us
+from changestream.errors import AlreadyExists, FailedPrecondition, NotFound, Unavailable
+from changestream.sources import add_source, describe_source, list_sources, run_source
+from tests.postgres_support import PostgresServer, postgres_server  # noqa: F401
+
+pytestmark = pytest.mark.timeout(300)
+
+psycopg2 = pytest.importorskip("psycopg2")
+
+ACCOUNTS = (
+    "CREATE TABLE accounts (id bigint PRIMARY KEY, owner text NOT NULL, balance numeric(20,2), "
+    "active boolean, opened date, seen timestamptz, tags text[], doc jsonb, blob bytea)"
+)
+
+
+def _connect(dsn: str) -> Any:
+    conn = psycopg2.connect(dsn)
+    conn.autocommit = False
+    return conn
+
+
+def _execute(dsn: str, *statements: str) -> None:
+    conn = _connect(dsn)
+    try:
+        with conn.cursor() as cur:
+            for statement in statements:
+                cur.execute(statement)
+        conn.commit()
+    finally:
+        conn.close()
+
+
+@pytest.fixture
+def source_dsn(postgres_server: PostgresServer, request: pytest.FixtureRequest) -> str:  # noqa: F811
+    name = "t_" + "".join(c for c in request.node.name.lower() if c.isalnum())[:40]
+    dsn = postgres_server.create_database(name)
+    _execute(dsn, ACCOUNTS)
+    return dsn
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Iterator[changestream.EmbeddedDatabase]:
+    with changestream.open(str(tmp_path / "mirror.db")) as database:
+        yield database
+
+
+def _source_rows(dsn: str, table: str, columns: list[str]) -> list[tuple[Any, ...]]:
+    conn = _connect(dsn)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SET TIME ZONE 'UTC'")
+            cur.execute(f"SELECT {', '.join(columns)} FROM {table} ORDER BY id")
+            rows = cur.fetchall()
+    finally:
+        conn.close()
+    return [tuple(_plain(v) for v in row) for row in rows]
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, memoryview):
+        return bytes(value)
+    if isinstance(value, dt.datetime):
+        return value.astimezone(dt.UTC)
+    return value
+
+
+def _mirror_rows(db: changestream.EmbeddedDatabase, table: str, columns: list[str]) -> list[Any]:
+    result = db.execute_sql(f"SELECT {', '.join(columns)} FROM {table} ORDER BY id")
+    return [tuple(_plain(v) for v in row) for row in result]
+
+
+def _captured_xids(db: changestream.EmbeddedDatabase, stream: str) -> list[str]:
+    """The source transaction id of each changestream transaction of ``stream``, in commit
+    order (one entry per transaction, however many records it made)."""
+    seen: dict[str, int] = {}
+    start = min(p.start_timestamp for p in db.partition_history(stream))
+    for partition in changestream.walk_partitions(db, stream, start, now_us()):
+        for record in changestream.data_changes(partition.records()):
+            xid = record.transaction_tag.rpartition("xid=")[2]
+            seen.setdefault(xid, record.commit_timestamp)
+    return sorted(seen, key=lambda x: seen[x])
+
+
+def test_types_are_mirrored_with_their_values(source_dsn: str, db: Any) -> None:
+    _execute(
+        source_dsn,
+        "INSERT INTO accounts VALUES (1, 'ana', 12.50, true, '2024-02-29', "
+        "'2024-03-01 10:00:00.123456+02', ARRAY['a', 'b c', NULL], '{\"k\": [1, 2]}', "
+        "'\\x00ff')",
+        "INSERT INTO accounts (id, owner) VALUES (2, 'bo')",
+    )
+    add_source(db, "Bank", postgres=source_dsn, tables="accounts")
+    summary = run_source(db, "Bank", until_caught_up=True)
+    assert summary.copied_rows == 2
+    rows = db.read(
+        "public_accounts",
+        [[1], [2]],
+        ["id", "owner", "balance", "active", "opened", "seen", "tags", "doc", "blob"],
+    )
+    assert list(rows[0]) == [
+        1,
+        "ana",
+        decimal.Decimal("12.50"),
+        True,
+        dt.date(2024, 2, 29),
+        dt.datetime(2024, 3, 1, 8, 0, 0, 123456, tzinfo=dt.UTC),
+        ["a", "b c", None],
+        {"k": [1, 2]},
+        b"\x00\xff",
+    ]
+    assert list(rows[1]) == [2, "bo", None, None, None, None, None, None, None]
+    (stream,) = db.change_streams()
+    assert (stream.name, stream.value_capture_type) == ("Bank", "NEW_ROW_AND_OLD_VALUES")
+    assert _captured_xids(db, "Bank") == []  # the copy is the starting state, not changes
+
+
+def _workload(
+    dsn: str, seed: int, transactions: int, alter_at: int | None, pause: float = 0.0
+) -> None:
+    rng = random.Random(seed)
+    conn = _connect(dsn)
+    next_id = 1000
+    try:
+        with conn.cursor() as cur:
+            for number in range(transactions):
+                if number == alter_at:
+                    cur.execute("ALTER TABLE accounts ADD COLUMN note text")
+                    conn.commit()
+                cur.execute("SELECT id FROM accounts")
+                # Rows are touched once per transaction, so every transaction changes
+                # something in the end (an insert deleted again would leave no change).
+                ids = [i for (i,) in cur.fetchall()]
+                for _ in range(rng.randint(1, 4)):
+                    choice = rng.random()
+                    if choice < 0.5 or not ids:
+                        next_id += 1
+                        cur.execute(
+                            "INSERT INTO accounts (id, owner, balance) VALUES (%s, %s, %s)",
+                            (next_id, f"o{next_id}", rng.randint(0, 10_000) / 100),
+                        )
+                    elif choice < 0.85:
+                        target = rng.choice(ids)
+                        ids.remove(target)
+                        cur.execute(
+                            "UPDATE accounts SET balance = COALESCE(balance, 0) + 1, active = %s "
+                            "WHERE id = %s",
+                            (rng.random() < 0.5, target),
+                        )
+                    else:
+                        target = rng.choice(ids)
+                        ids.remove(target)
+                        cur.execute("DELETE FROM accounts WHERE id = %s", (target,))
+                conn.commit()
+                time.sleep(pause)
+    finally:
+        conn.close()
+
+
+def test_a_random_workload_leaves_the_mirror_equal_and_each_transaction_once(
+    source_dsn: str, db: Any
+) -> None:
+    _execute(
+        source_dsn,
+        "INSERT INTO accounts (id, owner) SELECT g, 'seed' FROM generate_series(1, 300) g",
+    )
+    add_source(db, "Bank", postgres=source_dsn)
+    stop = threading.Event()
+    runner = threading.Thread(target=run_source, args=(db, "Bank"), kwargs={"stop": stop})
+    runner.start()
+    try:
+        _wait_until_streaming(db, "Bank")  # commits before it are in the copy, not the stream
+        _workload(source_dsn, seed=7, transactions=120, alter_at=60)
+    finally:
+        stop.set()
+        runner.join(timeout=60)
+    assert not runner.is_alive()
+    run_source(db, "Bank", until_caught_up=True)
+    columns = ["id", "owner", "balance", "active", "note"]
+    assert _mirror_rows(db, "public_accounts", columns) == _source_rows(
+        source_dsn, "accounts", columns
+    )
+    xids = _captured_xids(db, "Bank")
+    assert len(xids) == len(set(xids)) == 120
+    assert [int(x) for x in xids] == sorted(int(x) for x in xids)
+
+
+def test_a_connector_killed_again_and_again_loses_and_repeats_nothing(
+    source_dsn: str, tmp_path: Path
+) -> None:
+    path = str(tmp_path / "killed.db")
+    with changestream.open(path) as db:
+        add_source(db, "Bank", postgres=source_dsn)
+        run_source(db, "Bank", until_caught_up=True)  # the copy: later commits are changes
+    writer = threading.Thread(target=_workload, args=(source_dsn, 3, 400, None, 0.03))
+    writer.start()
+    rng = random.Random(5)
+    kills = 0
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    while writer.is_alive() or kills < 20:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "changestream", "sources", "run", "Bank", "--db", path],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=env,
+        )
+        time.sleep(rng.uniform(0.4, 1.5))
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=30)
+        kills += 1
+    writer.join()
+    with changestream.open(path) as db:
+        _wait_for_slot_release(source_dsn)
+        run_source(db, "Bank", until_caught_up=True)
+        columns = ["id", "owner", "balance", "active"]
+        assert _mirror_rows(db, "public_accounts", columns) == _source_rows(
+            source_dsn, "accounts", columns
+        )
+        xids = _captured_xids(db, "Bank")
+    assert kills >= 20
+    assert len(xids) == len(set(xids)) == 400
+
+
+def _wait_until_streaming(db: changestream.EmbeddedDatabase, name: str) -> None:
+    deadline = time.monotonic() + 60
+    while describe_source(db, name)["state"] != "streaming":
+        assert time.monotonic() < deadline, f"source {name} did not finish its copy in 60 s"
+        time.sleep(0.05)
+
+
+def _wait_for_slot_release(dsn: str) -> None:
+    """A SIGKILLed connector's walsender notices its client is gone within a few seconds."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        conn = _connect(dsn)
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT count(*) FROM pg_replication_slots WHERE active")
+                (active,) = cur.fetchone()
+        finally:
+            conn.close()
+        if not active:
+            return
+        time.sleep(0.2)
+    raise AssertionError("the replication slot stayed in use 30 s after its connector died")
+
+
+def test_bad_input_is_refused_and_nothing_is_created(
+    source_dsn: str,
+    db: Any,
+    postgres_server: PostgresServer,  # noqa: F811
+) -> None:
+    _execute(source_dsn, "CREATE TABLE nokey (a int, b text)")
+    with pytest.raises(FailedPrecondition, match=r"no primary key.*ADD PRIMARY KEY"):
+        add_source(db, "Bank", postgres=source_dsn, tables="accounts,nokey")
+    with pytest.raises(NotFound, match=r"no table public\.missing"):
+        add_source(db, "Bank", postgres=source_dsn, tables="missing")
+    _execute(source_dsn, "CREATE TABLE shapes (id int PRIMARY KEY, p point)")
+    with pytest.raises(changestream.InvalidArgument, match=r"'p' of public\.shapes has type point"):
+        add_source(db, "Bank", postgres=source_dsn, tables="shapes")
+    with pytest.raises(Unavailable, match="cannot reach the PostgreSQL server"):
+        add_source(db, "Bank", postgres=f"host={postgres_server.root}/nowhere dbname=x")
+    with pytest.raises(changestream.InvalidArgument, match="source name"):
+        add_source(db, "no spaces", postgres=source_dsn)
+    assert db.tables() == [] and list_sources(db) == []
+    add_source(db, "Bank", postgres=source_dsn, tables="accounts")
+    with pytest.raises(AlreadyExists, match="source Bank already exists"):
+        add_source(db, "Bank", postgres=source_dsn, tables="accounts")
+
+
+def test_a_second_connector_of_a_running_source_is_refused(source_dsn: str, db: Any) -> None:
+    add_source(db, "Bank", postgres=source_dsn)
+    stop = threading.Event()
+    runner = threading.Thread(target=run_source, args=(db, "Bank"), kwargs={"stop": stop})
+    runner.start()
+    try:
+        _wait_until_streaming(db, "Bank")
+        time.sleep(0.5)
+        with pytest.raises(FailedPrecondition, match="in use by another connector"):
+            run_source(db, "Bank", until_caught_up=True)
+    finally:
+        stop.set()
+        runner.join(timeout=30)
+
+
+def test_the_cli_adds_runs_describes_and_removes_a_source(source_dsn: str, tmp_path: Path) -> None:
+    path = str(tmp_path / "cli.db")
+    _execute(source_dsn, "INSERT INTO accounts (id, owner) VALUES (1, 'ana'), (2, 'bo')")
+    runner = CliRunner()
+    added = runner.invoke(main, ["sources", "add", "Bank", "--db", path, "--postgres", source_dsn])
+    assert added.exit_code == 0, added.output
+    assert "public_accounts" in added.output
+    ran = runner.invoke(main, ["sources", "run", "Bank", "--db", path, "--until-caught-up"])
+    assert ran.exit_code == 0, ran.output
+    assert "2 rows copied" in ran.output
+    listed = runner.invoke(main, ["sources", "list", "--db", path])
+    assert listed.output.startswith("Bank  postgres  public.accounts")
+    described = runner.invoke(main, ["sources", "describe", "Bank", "--db", path])
+    assert '"state": "streaming"' in described.output or '"state":"streaming"' in described.output
+    removed = runner.invoke(main, ["sources", "remove", "Bank", "--db", path])
+    assert removed.exit_code == 0, removed.output
+    missing = runner.invoke(main, ["sources", "describe", "Bank", "--db", path])
+    assert missing.exit_code == 2 and "no source named 'Bank'" in missing.output
