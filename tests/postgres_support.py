@@ -51,8 +51,8 @@ class PostgresServer:
         return self.dsn(name)
 
 
-@pytest.fixture(scope="session")
-def postgres_server() -> Iterator[PostgresServer]:
+def start_server(wal_level: str = "logical") -> PostgresServer:
+    """A new server in a temporary directory (stop it with :func:`stop_server`)."""
     if not (BIN / "initdb").exists():
         pytest.skip(f"PostgreSQL 15 is not installed at {BIN}: the source tests need it")
     pytest.importorskip("psycopg2", reason="psycopg2 (the sources extra) is not installed")
@@ -62,45 +62,31 @@ def postgres_server() -> Iterator[PostgresServer]:
     if os.geteuid() == 0:
         shutil.chown(root, "postgres")
         shutil.chown(server.socket, "postgres")
-    subprocess.run(
-        _as_postgres(
-            [str(BIN / "initdb"), "-D", str(server.data), "-U", "postgres", "-A", "trust"]
-        ),
-        check=True,
-        capture_output=True,
-        timeout=120,
+    initdb = [str(BIN / "initdb"), "-D", str(server.data), "-U", "postgres", "-Atrust"]
+    subprocess.run(_as_postgres(initdb), check=True, capture_output=True, timeout=120)
+    settings = (
+        f"-c listen_addresses='' -c unix_socket_directories='{server.socket}' "
+        f"-c wal_level={wal_level} -c max_replication_slots=20 -c max_wal_senders=20 "
+        "-c fsync=off"
     )
-    log = root / "server.log"
-    subprocess.run(
-        _as_postgres(
-            [
-                str(BIN / "pg_ctl"),
-                "-D",
-                str(server.data),
-                "-l",
-                str(log),
-                "-w",
-                "-t",
-                "60",
-                "-o",
-                f"-c listen_addresses='' -c unix_socket_directories='{server.socket}' "
-                "-c wal_level=logical -c max_replication_slots=20 -c max_wal_senders=20 "
-                "-c fsync=off -c wal_sender_timeout=10s",
-                "start",
-            ]
-        ),
-        check=True,
-        capture_output=True,
-        timeout=90,
-    )
+    start = [str(BIN / "pg_ctl"), "-D", str(server.data), "-l", str(root / "server.log")]
+    start += ["-w", "-t", "60", "-o", settings, "start"]
+    subprocess.run(_as_postgres(start), check=True, capture_output=True, timeout=90)
+    return server
+
+
+def stop_server(server: PostgresServer) -> None:
+    """Stop a server at once and remove its directory."""
+    stop = [str(BIN / "pg_ctl"), "-D", str(server.data), "-m", "immediate", "stop"]
+    subprocess.run(_as_postgres(stop), capture_output=True, timeout=60, check=False)
+    time.sleep(0.2)
+    shutil.rmtree(server.root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    server = start_server()
     try:
         yield server
     finally:
-        subprocess.run(
-            _as_postgres([str(BIN / "pg_ctl"), "-D", str(server.data), "-m", "immediate", "stop"]),
-            capture_output=True,
-            timeout=60,
-            check=False,
-        )
-        time.sleep(0.2)
-        shutil.rmtree(root, ignore_errors=True)
+        stop_server(server)

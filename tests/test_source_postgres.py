@@ -25,7 +25,12 @@ from changestream.cli import main
 from changestream.clock import now_us
 from changestream.errors import AlreadyExists, FailedPrecondition, NotFound, Unavailable
 from changestream.sources import add_source, describe_source, list_sources, run_source
-from tests.postgres_support import PostgresServer, postgres_server  # noqa: F401
+from tests.postgres_support import (  # noqa: F401
+    PostgresServer,
+    postgres_server,
+    start_server,
+    stop_server,
+)
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -324,3 +329,20 @@ def test_the_cli_adds_runs_describes_and_removes_a_source(source_dsn: str, tmp_p
     assert removed.exit_code == 0, removed.output
     missing = runner.invoke(main, ["sources", "describe", "Bank", "--db", path])
     assert missing.exit_code == 2 and "no source named 'Bank'" in missing.output
+
+
+def test_a_server_without_logical_wal_or_a_user_without_replication_is_named(
+    source_dsn: str,
+    db: Any,
+    postgres_server: PostgresServer,  # noqa: F811
+) -> None:
+    postgres_server.sql("CREATE ROLE plain LOGIN")
+    with pytest.raises(FailedPrecondition, match="lacks the REPLICATION privilege"):
+        add_source(db, "Bank", postgres=source_dsn.replace("user=postgres", "user=plain"))
+    replica_only = start_server(wal_level="replica")
+    try:
+        with pytest.raises(FailedPrecondition, match=r"wal_level = replica.*wal_level = logical"):
+            add_source(db, "Bank", postgres=replica_only.dsn())
+    finally:
+        stop_server(replica_only)
+    assert db.tables() == [] and list_sources(db) == []
