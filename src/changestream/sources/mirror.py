@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from changestream.errors import FailedPrecondition
 from changestream.sources.definition import POSITION_KIND, SourceDefinition, SourcePosition
@@ -41,6 +41,7 @@ class Mirror:
         self._definition = definition
         self._tables: dict[str, MirroredTable] = {}
         self._relations: dict[int, Relation] = {}
+        self._shapes: dict[int, _Shape] = {}
 
     def add_table(self, table: MirroredTable) -> None:
         """Mirror ``table``: its mirror exists, and gets the columns the source table gained
@@ -58,6 +59,7 @@ class Mirror:
     def relation(self, relation: Relation) -> MirroredTable:
         """Note the shape the source now sends for a table; the mirror's table as known."""
         self._relations[relation.relation_id] = relation
+        self._shapes.pop(relation.relation_id, None)
         return self._tables[f"{relation.schema}.{relation.table}"]
 
     def add_column(self, source: str, column: str, ctype: ColumnType) -> None:
@@ -95,35 +97,49 @@ class Mirror:
         """Apply one source transaction and record its end as the source's position."""
         tag = f"source={self._definition.name},xid={transaction.xid}"
         with self._db.transaction(tag=tag) as tx:
+            # Consecutive inserts into one table go in as one mutation.
+            inserting: int | None = None
+            rows: list[list[Any]] = []
             for change in transaction.changes:
-                self._apply(tx, change)
+                if isinstance(change, Insert) and change.relation_id == inserting:
+                    rows.append(self._shape(inserting).row(change.new))
+                    continue
+                if inserting is not None:
+                    self._insert(tx, inserting, rows)
+                    inserting, rows = None, []
+                if isinstance(change, Insert):
+                    inserting = change.relation_id
+                    rows.append(self._shape(inserting).row(change.new))
+                else:
+                    self._apply(tx, change)
+            if inserting is not None:
+                self._insert(tx, inserting, rows)
             position = SourcePosition("streaming", transaction.end_lsn)
             tx.put_system_document(POSITION_KIND, self._definition.name, position.to_json())
 
-    def _apply(self, tx: Transaction, change: Change) -> None:
+    def _insert(self, tx: Transaction, relation_id: int, rows: list[list[Any]]) -> None:
+        shape = self._shape(relation_id)
+        tx.insert(shape.table.mirror, shape.names, rows)
+
+    def _apply(self, tx: Transaction, change: Update | Delete | Truncate) -> None:
         if isinstance(change, Truncate):
             for relation_id in change.relation_ids:
-                table = self._table_of(relation_id)
+                table = self._shape(relation_id).table
                 tx.delete(table.mirror, KeyRange(start_closed=(), end_closed=()))
             return
-        relation = self._relations[change.relation_id]
-        table = self._table_of(change.relation_id)
-        names = [c.name for c in relation.columns]
-        if isinstance(change, Insert):
-            tx.insert(table.mirror, names, [self._values(table, names, change.new)])
-        elif isinstance(change, Update):
-            self._update(tx, table, names, change)
+        shape = self._shape(change.relation_id)
+        if isinstance(change, Update):
+            self._update(tx, shape, change)
         else:
-            tx.delete(table.mirror, [self._key(table, names, change.old)])
+            tx.delete(shape.table.mirror, [shape.key(change.old)])
 
-    def _update(
-        self, tx: Transaction, table: MirroredTable, names: list[str], change: Update
-    ) -> None:
-        new_key = self._key(table, names, change.new)
-        old_key = new_key if change.old is None else self._key(table, names, change.old)
-        kept = [(n, v) for n, v in zip(names, change.new, strict=True) if v is not UNCHANGED]
-        columns = [n for n, _ in kept]
-        row = self._values(table, columns, tuple(v for _, v in kept))
+    def _update(self, tx: Transaction, shape: _Shape, change: Update) -> None:
+        table = shape.table
+        new_key = shape.key(change.new)
+        old_key = new_key if change.old is None else shape.key(change.old)
+        kept = [i for i, v in enumerate(change.new) if v is not UNCHANGED]
+        columns = [shape.names[i] for i in kept]
+        row = [shape.value(i, change.new[i]) for i in kept]
         if old_key == new_key:
             tx.update(table.mirror, columns, [row])
             return
@@ -140,18 +156,34 @@ class Mirror:
         tx.delete(table.mirror, [old_key])
         tx.insert(table.mirror, columns, [row])
 
-    def _table_of(self, relation_id: int) -> MirroredTable:
-        relation = self._relations[relation_id]
-        return self._tables[f"{relation.schema}.{relation.table}"]
+    def _shape(self, relation_id: int) -> _Shape:
+        shape = self._shapes.get(relation_id)
+        if shape is None:
+            relation = self._relations[relation_id]
+            table = self._tables[f"{relation.schema}.{relation.table}"]
+            shape = self._shapes[relation_id] = _Shape(table, relation)
+        return shape
 
-    @staticmethod
-    def _values(table: MirroredTable, names: Sequence[str], texts: tuple[object, ...]) -> list[Any]:
+
+class _Shape:
+    """How the rows of one relation message become mirror rows: its column names, a parser
+    per column and where the key columns are."""
+
+    def __init__(self, table: MirroredTable, relation: Relation) -> None:
+        self.table = table
+        self.names = [c.name for c in relation.columns]
         types = dict(zip(table.columns, table.types, strict=True))
+        self._parsers = [parser(types[name]) for name in self.names]
+        self._key_positions = [self.names.index(k) for k in table.primary_key]
+
+    def value(self, position: int, text: object) -> Any:
+        return None if text is None else self._parsers[position](str(text))
+
+    def row(self, texts: tuple[object, ...]) -> list[Any]:
         return [
-            None if text is None else parser(types[name])(str(text))
-            for name, text in zip(names, texts, strict=True)
+            None if text is None else parse(cast(str, text))
+            for parse, text in zip(self._parsers, texts, strict=True)
         ]
 
-    def _key(self, table: MirroredTable, names: list[str], texts: tuple[object, ...]) -> list[Any]:
-        positions = [names.index(k) for k in table.primary_key]
-        return self._values(table, table.primary_key, tuple(texts[i] for i in positions))
+    def key(self, texts: tuple[object, ...]) -> list[Any]:
+        return [self.value(i, texts[i]) for i in self._key_positions]
