@@ -38,6 +38,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/server.py
 	$(PY) benchmarks/spark_read.py
 	$(PY) benchmarks/pipeline.py
+	$(PY) benchmarks/sources.py
 	$(PY) benchmarks/schema_change.py
 
 clean:

@@ -51,11 +51,14 @@ class PostgresServer:
         return self.dsn(name)
 
 
+class NoPostgres(RuntimeError):
+    """PostgreSQL 15 is not installed here."""
+
+
 def start_server(wal_level: str = "logical") -> PostgresServer:
     """A new server in a temporary directory (stop it with :func:`stop_server`)."""
     if not (BIN / "initdb").exists():
-        pytest.skip(f"PostgreSQL 15 is not installed at {BIN}: the source tests need it")
-    pytest.importorskip("psycopg2", reason="psycopg2 (the sources extra) is not installed")
+        raise NoPostgres(f"PostgreSQL 15 is not installed at {BIN}")
     root = Path(tempfile.mkdtemp(prefix="cs-pg-"))
     server = PostgresServer(root)
     server.socket.mkdir()
@@ -85,7 +88,11 @@ def stop_server(server: PostgresServer) -> None:
 
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[PostgresServer]:
-    server = start_server()
+    pytest.importorskip("psycopg2", reason="psycopg2 (the sources extra) is not installed")
+    try:
+        server = start_server()
+    except NoPostgres as exc:
+        pytest.skip(f"{exc}: the source tests need it")
     try:
         yield server
     finally:
