@@ -91,15 +91,19 @@ class LogicalMessage:
 Message = Begin | Commit | Relation | Insert | Update | Delete | Truncate | LogicalMessage | None
 
 
+_INT16 = struct.Struct("!h")
+_INT32 = struct.Struct("!i")
+_UINT32 = struct.Struct("!I")
+
+
 class _Reader:
     def __init__(self, data: bytes) -> None:
         self.data = data
         self.at = 0
 
     def take(self, fmt: str) -> tuple[int, ...]:
-        size = struct.calcsize(fmt)
         values = struct.unpack_from(fmt, self.data, self.at)
-        self.at += size
+        self.at += struct.calcsize(fmt)
         return values
 
     def int8(self) -> int:
@@ -129,19 +133,29 @@ class _Reader:
         return text
 
     def tuple_data(self) -> tuple[object, ...]:
+        # The hot path of a busy source: one call per row, so no per-value method calls.
+        data, at = self.data, self.at
+        (count,) = _INT16.unpack_from(data, at)
+        at += 2
         values: list[object] = []
-        for _ in range(self.int16()):
-            kind = self.byte()
-            if kind == "n":
-                values.append(None)
-            elif kind == "u":
-                values.append(UNCHANGED)
-            elif kind == "t":
-                length = self.int32()
-                values.append(self.data[self.at : self.at + length].decode())
-                self.at += length
+        append = values.append
+        for _ in range(count):
+            kind = data[at]
+            at += 1
+            if kind == 116:  # 't': text
+                (length,) = _INT32.unpack_from(data, at)
+                at += 4
+                append(data[at : at + length].decode())
+                at += length
+            elif kind == 110:  # 'n': NULL
+                append(None)
+            elif kind == 117:  # 'u': unchanged TOASTed value
+                append(UNCHANGED)
             else:
-                raise InvalidArgument(f"pgoutput tuple value of kind {kind!r} is not supported")
+                raise InvalidArgument(
+                    f"pgoutput tuple value of kind {chr(kind)!r} is not supported"
+                )
+        self.at = at
         return tuple(values)
 
 
@@ -168,8 +182,8 @@ def decode(data: bytes) -> Message:
             columns.append(RelationColumn(name, type_oid, modifier, bool(flags & 1)))
         return Relation(relation_id, schema, table, identity, tuple(columns))
     if kind == "I":
-        relation_id = reader.uint32()
-        reader.byte()  # 'N'
+        (relation_id,) = _UINT32.unpack_from(data, 1)
+        reader.at = 6  # after the kind, the relation id and 'N'
         return Insert(relation_id, reader.tuple_data())
     if kind == "U":
         relation_id = reader.uint32()
