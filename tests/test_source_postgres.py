@@ -148,7 +148,7 @@ def _workload(
 ) -> None:
     rng = random.Random(seed)
     conn = _connect(dsn)
-    next_id = 1000
+    next_id = 1_000_000
     try:
         with conn.cursor() as cur:
             for number in range(transactions):
@@ -183,6 +183,26 @@ def _workload(
                 time.sleep(pause)
     finally:
         conn.close()
+
+
+class Writer(threading.Thread):
+    """:func:`_workload` in a thread; ``join()`` re-raises what stopped it."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__()
+        self._args = args
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            _workload(*self._args)
+        except BaseException as exc:
+            self.error = exc
+
+    def join(self, timeout: float | None = None) -> None:
+        super().join(timeout)
+        if self.error is not None:
+            raise self.error
 
 
 def test_a_random_workload_leaves_the_mirror_equal_and_each_transaction_once(
@@ -220,7 +240,7 @@ def test_a_connector_killed_again_and_again_loses_and_repeats_nothing(
     with changestream.open(path) as db:
         add_source(db, "Bank", postgres=source_dsn)
         run_source(db, "Bank", until_caught_up=True)  # the copy: later commits are changes
-    writer = threading.Thread(target=_workload, args=(source_dsn, 3, 400, None, 0.03))
+    writer = Writer(source_dsn, 3, 400, None, 0.03)
     writer.start()
     rng = random.Random(5)
     kills = 0
@@ -346,3 +366,62 @@ def test_a_server_without_logical_wal_or_a_user_without_replication_is_named(
     finally:
         stop_server(replica_only)
     assert db.tables() == [] and list_sources(db) == []
+
+
+def test_the_initial_copy_under_concurrent_writes_leaves_no_gap(source_dsn: str, db: Any) -> None:
+    _execute(
+        source_dsn,
+        "INSERT INTO accounts (id, owner) SELECT g, 'seed' FROM generate_series(1, 20000) g",
+    )
+    add_source(db, "Bank", postgres=source_dsn)
+    writer = Writer(source_dsn, 11, 150, None, 0.005)
+    writer.start()  # commits land before, during and after the copy's snapshot
+    summary = run_source(db, "Bank", until_caught_up=True)
+    writer.join()
+    run_source(db, "Bank", until_caught_up=True)
+    columns = ["id", "owner", "balance", "active"]
+    assert _mirror_rows(db, "public_accounts", columns) == _source_rows(
+        source_dsn, "accounts", columns
+    )
+    xids = _captured_xids(db, "Bank")
+    assert len(xids) == len(set(xids)) <= 150  # those before the slot's snapshot: in the copy
+    assert summary.copied_rows >= 20000
+
+
+def test_a_connector_killed_during_its_copy_copies_again_and_misses_nothing(
+    source_dsn: str, tmp_path: Path
+) -> None:
+    _execute(
+        source_dsn,
+        "INSERT INTO accounts (id, owner, doc) SELECT g, 'seed', '{\"a\": 1}' "
+        "FROM generate_series(1, 60000) g",
+    )
+    path = str(tmp_path / "copy.db")
+    with changestream.open(path) as db:
+        add_source(db, "Bank", postgres=source_dsn)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "changestream", "sources", "run", "Bank", "--db", path],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    with changestream.open(path) as db:
+        deadline = time.monotonic() + 60
+        while _mirror_count(db) == 0:  # the copy has begun
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=30)
+        assert describe_source(db, "Bank")["state"] == "copying"
+        assert 0 < _mirror_count(db) < 60000
+        _execute(source_dsn, "UPDATE accounts SET owner = 'after' WHERE id <= 10")
+        _wait_for_slot_release(source_dsn)
+        run_source(db, "Bank", until_caught_up=True)
+        columns = ["id", "owner", "doc"]
+        assert _mirror_rows(db, "public_accounts", columns) == _source_rows(
+            source_dsn, "accounts", columns
+        )
+
+
+def _mirror_count(db: changestream.EmbeddedDatabase) -> int:
+    ((count,),) = list(db.execute_sql("SELECT COUNT(*) FROM public_accounts"))
+    return int(count)
