@@ -90,3 +90,21 @@ def _members(protocol: type) -> set[str]:
         for name, value in vars(cls).items()
         if not name.startswith("_") and (inspect.isfunction(value) or isinstance(value, property))
     }
+
+
+def test_layers_below_the_top_open_a_path_through_what_the_top_registered(
+    tmp_path: Path,
+) -> None:
+    from changestream.streams.opening import open_database
+
+    path = str(tmp_path / "opened.db")
+    with changestream.open(path) as db:
+        db.execute_ddl("CREATE TABLE T (K INT64 NOT NULL) PRIMARY KEY (K)")
+    opened = open_database(path)
+    try:
+        assert isinstance(opened, changestream.EmbeddedDatabase)
+        assert [t.name for t in opened.tables()] == ["T"]
+    finally:
+        opened.close()
+    with pytest.raises(changestream.NotFound, match="no database file"):
+        open_database(str(tmp_path / "missing.db"))

@@ -59,10 +59,6 @@ ALLOWED: dict[str, set[str]] = {
 }
 #: Imports that go up today, each with why; the facade redesign (issue 16) removes them.
 KNOWN_UPWARD = {
-    # Opening "a path or a URL" needs both implementations, which only the top knows.
-    ("spark/pipeline.py", "__init__"),
-    ("spark/_source.py", "__init__"),
-    ("spark/_tasks.py", "__init__"),
     # The document's version is the package's.
     ("server/openapi.py", "__init__"),
 }

@@ -34,6 +34,7 @@ from changestream.streams.lineage import (
     walk_partitions,
 )
 from changestream.streams.models import Partition, ResultSet
+from changestream.streams.opening import register_opener
 from changestream.streams.records import (
     ChangeRecord,
     ChildPartition,
@@ -121,6 +122,8 @@ def open_path_or_url(
             raise InvalidArgument(f"{target} is not a changestream database: {problem.reason}{how}")
     return open(target)
 
+
+register_opener(open_path_or_url)
 
 __all__ = [
     "COMMIT_TIMESTAMP",

@@ -36,8 +36,8 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-import changestream
 from changestream.clock import now_us
+from changestream.errors import InvalidArgument
 from changestream.spark._options import EARLIEST, LATEST, SourceOptions, parse_options
 from changestream.spark._rows import range_batch, record_batches, spark_schema
 from changestream.spark.frontier import Frontier, ReadRange, ranges
@@ -49,6 +49,7 @@ from changestream.spark.planning import (
     read_records,
     resolve_position,
 )
+from changestream.streams.opening import open_database
 from changestream.streams.roles import ChangeStreamSource
 
 
@@ -136,7 +137,7 @@ def _unavailable_source(problem: str) -> type[DataSource]:
 
 
 def _open(options: SourceOptions) -> ChangeStreamSource:
-    return changestream.open_path_or_url(options.database, options.token)
+    return open_database(options.database, options.token)
 
 
 def _check_stream(options: SourceOptions) -> None:
@@ -182,9 +183,7 @@ class ChangeStreamBatchReader(DataSourceReader):
         ending = options.ending
         self.end = now_us() if ending is None or ending == LATEST else int(ending)
         if self.end < self.start:
-            raise changestream.InvalidArgument(
-                "option 'endingTimestamp' must not be before 'startingTimestamp'"
-            )
+            raise InvalidArgument("option 'endingTimestamp' must not be before 'startingTimestamp'")
 
     def partitions(self) -> Sequence[InputPartition]:
         db = _open(self.options)

@@ -21,7 +21,6 @@ from typing import Final
 import pyarrow as pa
 from pyspark import TaskContext
 
-import changestream
 from changestream.datastream.events import Event, backfill_events, record_events
 from changestream.datastream.segments import (
     BACKFILL_LANE,
@@ -35,6 +34,7 @@ from changestream.spark.frontier import ReadRange
 from changestream.spark.history import HistoryReplica
 from changestream.spark.planning import read_records
 from changestream.spark.replica import DeltaReplica
+from changestream.streams.opening import open_database
 from changestream.streams.records import DataChangeRecord
 from changestream.streams.roles import PipelineDatabase
 
@@ -193,7 +193,7 @@ class CdcTask:
         task = 0 if context is None else context.partitionId()
         writer = self.plan.writer(CDC_LANE, self.batch_id, task)
         staging = _Staging(self.plan)
-        db = changestream.open_path_or_url(self.database, self.token)
+        db = open_database(self.database, self.token)
         try:
             for batch in batches:
                 tokens, starts, ends = (batch.column(i).to_pylist() for i in range(3))
@@ -223,7 +223,7 @@ class BackfillTask:
 
     def __call__(self, chunks: Iterable[Chunk]) -> Iterator[Summary]:
         table = self.plan.tables[self.table]
-        db = changestream.open_path_or_url(self.database, self.token)
+        db = open_database(self.database, self.token)
         try:
             for chunk in chunks:
                 # The stream's own columns of the table (an include list may keep only some).

@@ -37,7 +37,6 @@ import tenacity
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
-import changestream
 from changestream.clock import format_ts, now_us
 from changestream.datastream.catalog import CDC_GENERATION, ObjectBackfill, StreamCatalog
 from changestream.datastream.definition import StreamDefinition
@@ -79,6 +78,7 @@ from changestream.spark._tasks import (
     TaskPlan,
     read_staged,
 )
+from changestream.streams.opening import open_database
 from changestream.streams.roles import PipelineDatabase
 
 log = logging.getLogger(__name__)
@@ -102,7 +102,7 @@ class SparkPipeline:
         self.options = options or PipelineOptions()
         self._spark = spark
         self._on_status = on_status
-        self.db: PipelineDatabase = changestream.open_path_or_url(database, self.options.token)
+        self.db: PipelineDatabase = open_database(database, self.options.token)
         self.catalog = StreamCatalog(self.db)
         self.definition: StreamDefinition = self.catalog.get(name).definition
         self._generation = int(self.catalog.progress(name).detail.get(CDC_GENERATION, 0))
