@@ -25,6 +25,7 @@ from changestream.cli import main
 from changestream.clock import now_us
 from changestream.errors import AlreadyExists, FailedPrecondition, NotFound, Unavailable
 from changestream.sources import add_source, describe_source, list_sources, run_source
+from changestream.streams.origins import source_of_tag
 from tests.postgres_support import (  # noqa: F401
     PostgresServer,
     postgres_server,
@@ -105,7 +106,9 @@ def _captured_xids(db: changestream.EmbeddedDatabase, stream: str) -> list[str]:
     start = min(p.start_timestamp for p in db.partition_history(stream))
     for partition in changestream.walk_partitions(db, stream, start, now_us()):
         for record in changestream.data_changes(partition.records()):
-            xid = record.transaction_tag.rpartition("xid=")[2]
+            origin = source_of_tag(record.transaction_tag)
+            assert origin is not None, record.transaction_tag
+            xid = origin[0]
             seen.setdefault(xid, record.commit_timestamp)
     return sorted(seen, key=lambda x: seen[x])
 

@@ -81,8 +81,45 @@ def _field_names(table: Table) -> list[str]:
     return names
 
 
-def avro_schema(table: Table) -> dict[str, Any]:
-    """The Avro schema of the events of one table definition."""
+#: The ``source_metadata`` record of each flavor (changestream's own, or a source's kind).
+_SOURCE_METADATA: dict[str, dict[str, Any]] = {
+    "changestream": {
+        "type": "record",
+        "name": "SourceMetadata",
+        "fields": [
+            {"name": "database", "type": "string"},
+            {"name": "table", "type": "string"},
+            {"name": "is_deleted", "type": "boolean"},
+            {"name": "change_type", "type": "string"},
+            {"name": "tx_id", "type": ["null", "string"]},
+            {
+                "name": "commit_timestamp",
+                "type": ["null", {"type": "long", "logicalType": "timestamp-micros"}],
+            },
+            {"name": "record_sequence", "type": ["null", "string"]},
+            {"name": "mod_index", "type": ["null", "long"]},
+            {"name": "primary_keys", "type": {"type": "array", "items": "string"}},
+        ],
+    },
+    "postgresql": {
+        "type": "record",
+        "name": "PostgresqlSourceMetadata",
+        "fields": [
+            {"name": "schema", "type": "string"},
+            {"name": "table", "type": "string"},
+            {"name": "is_deleted", "type": "boolean"},
+            {"name": "change_type", "type": "string"},
+            {"name": "tx_id", "type": ["null", "string"]},
+            {"name": "lsn", "type": ["null", "string"]},
+            {"name": "primary_keys", "type": {"type": "array", "items": "string"}},
+        ],
+    },
+}
+
+
+def avro_schema(table: Table, flavor: str = "changestream") -> dict[str, Any]:
+    """The Avro schema of the events of one table definition (with ``flavor``'s source
+    metadata)."""
     payload_fields = [
         {
             "name": field_name,
@@ -106,27 +143,7 @@ def avro_schema(table: Table) -> dict[str, Any]:
             {"name": "read_timestamp", "type": _MILLIS},
             {"name": "source_timestamp", "type": _MILLIS},
             {"name": "sort_keys", "type": {"type": "array", "items": ["string", "long"]}},
-            {
-                "name": "source_metadata",
-                "type": {
-                    "type": "record",
-                    "name": "SourceMetadata",
-                    "fields": [
-                        {"name": "database", "type": "string"},
-                        {"name": "table", "type": "string"},
-                        {"name": "is_deleted", "type": "boolean"},
-                        {"name": "change_type", "type": "string"},
-                        {"name": "tx_id", "type": ["null", "string"]},
-                        {
-                            "name": "commit_timestamp",
-                            "type": ["null", {"type": "long", "logicalType": "timestamp-micros"}],
-                        },
-                        {"name": "record_sequence", "type": ["null", "string"]},
-                        {"name": "mod_index", "type": ["null", "long"]},
-                        {"name": "primary_keys", "type": {"type": "array", "items": "string"}},
-                    ],
-                },
-            },
+            {"name": "source_metadata", "type": _SOURCE_METADATA[flavor]},
             {
                 "name": "payload",
                 "type": {"type": "record", "name": "Payload", "fields": payload_fields},
@@ -148,17 +165,18 @@ _PLANS: dict[str, AvroPlan] = {}
 
 
 def avro_plan_of(event: Event) -> AvroPlan:
-    """The :class:`AvroPlan` of an event's table."""
+    """The :class:`AvroPlan` of an event's table (the schema key tells flavors apart)."""
     plan = _PLANS.get(event.schema_key)
     if plan is None:
-        plan = _PLANS.setdefault(event.schema_key, avro_plan(event.table))
+        flavor = event.source_metadata.flavor
+        plan = _PLANS.setdefault(event.schema_key, avro_plan(event.table, flavor))
     return plan
 
 
-def avro_plan(table: Table) -> AvroPlan:
+def avro_plan(table: Table, flavor: str = "changestream") -> AvroPlan:
     """The :class:`AvroPlan` of a table definition."""
     return AvroPlan(
-        schema=cast(dict[str, Any], fastavro.parse_schema(avro_schema(table))),
+        schema=cast(dict[str, Any], fastavro.parse_schema(avro_schema(table, flavor))),
         fields=tuple(
             (column.name, field_name, text_encoder(column.type))
             for field_name, column in zip(_field_names(table), table.columns, strict=True)
@@ -179,17 +197,21 @@ def avro_record(event: Event) -> dict[str, Any]:
         "read_timestamp": event.read_timestamp // 1000,
         "source_timestamp": event.source_timestamp // 1000,
         "sort_keys": list(event.sort_keys),
-        "source_metadata": {
-            "database": meta.database,
-            "table": meta.table,
-            "is_deleted": meta.is_deleted,
-            "change_type": meta.change_type,
-            "tx_id": meta.tx_id,
-            "commit_timestamp": meta.commit_timestamp,
-            "record_sequence": meta.record_sequence,
-            "mod_index": meta.mod_index,
-            "primary_keys": list(meta.primary_keys),
-        },
+        "source_metadata": (
+            meta.to_json_dict()
+            if meta.origin is not None
+            else {
+                "database": meta.database,
+                "table": meta.table,
+                "is_deleted": meta.is_deleted,
+                "change_type": meta.change_type,
+                "tx_id": meta.tx_id,
+                "commit_timestamp": meta.commit_timestamp,
+                "record_sequence": meta.record_sequence,
+                "mod_index": meta.mod_index,
+                "primary_keys": list(meta.primary_keys),
+            }
+        ),
         "payload": {
             field_name: encode(payload[name])
             for name, field_name, encode in avro_plan_of(event).fields
@@ -216,7 +238,7 @@ def event_dict(
 ) -> dict[str, Any]:
     """A record read by fastavro in the JSON form of :meth:`Event.to_json_dict`."""
     meta = dict(record["source_metadata"])
-    if meta["commit_timestamp"] is not None:
+    if meta.get("commit_timestamp") is not None:
         meta["commit_timestamp"] = micros_text(parse_ts(meta["commit_timestamp"]))
     return {
         **record,

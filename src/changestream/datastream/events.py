@@ -45,10 +45,28 @@ from changestream.codecs import (
 )
 from changestream.ddl.schema import Table
 from changestream.errors import InvalidArgument
+from changestream.streams.origins import TableOrigin, source_of_tag
 from changestream.streams.records import DataChangeRecord
 
 CDC_READ_METHOD: Final = "changestream-cdc"
 BACKFILL_READ_METHOD: Final = "changestream-backfill"
+#: The read methods of the tables a source database feeds, by the source's kind.
+SOURCE_READ_METHODS: Final = {"postgresql": ("postgresql-cdc-wal", "postgresql-backfill")}
+#: The ``source_metadata`` of each kind of source (the seed's names, in its order).
+SOURCE_METADATA_FIELDS: Final = {
+    "changestream": (
+        "database",
+        "table",
+        "is_deleted",
+        "change_type",
+        "tx_id",
+        "commit_timestamp",
+        "record_sequence",
+        "mod_index",
+        "primary_keys",
+    ),
+    "postgresql": ("schema", "table", "is_deleted", "change_type", "tx_id", "lsn", "primary_keys"),
+}
 CHANGE_TYPES: Final = ("INSERT", "UPDATE", "DELETE")
 #: ``sort_keys[1]`` of backfill and CDC events.
 BACKFILL_RANK: Final = 0
@@ -90,9 +108,29 @@ class SourceMetadata:
     record_sequence: str | None
     mod_index: int | None
     primary_keys: tuple[str, ...]
+    #: For a table a source database feeds: that table, whose metadata the event carries
+    #: instead (the source's schema, table, transaction id and ``lsn``).
+    origin: TableOrigin | None = None
+    #: The source's position of the change (PostgreSQL's LSN); None for backfill events.
+    lsn: str | None = None
+
+    @property
+    def flavor(self) -> str:
+        """Whose metadata this is: ``changestream``'s own or the source's kind."""
+        return _flavor(self.origin)
 
     def to_json_dict(self) -> dict[str, Any]:
         """The JSON form (``commit_timestamp`` as RFC 3339 with microseconds)."""
+        if self.origin is not None:
+            return {
+                "schema": self.origin.schema,
+                "table": self.origin.table,
+                "is_deleted": self.is_deleted,
+                "change_type": self.change_type,
+                "tx_id": self.tx_id,
+                "lsn": self.lsn,
+                "primary_keys": list(self.primary_keys),
+            }
         return {
             "database": self.database,
             "table": self.table,
@@ -189,16 +227,19 @@ _PLANS: dict[str, TablePlan] = {}
 
 def plan_of(event: Event) -> TablePlan:
     """The :class:`TablePlan` of an event's table."""
-    return _PLANS.get(event.schema_key) or table_plan(event.table)
+    return _PLANS.get(event.schema_key) or table_plan(event.table, event.source_metadata.flavor)
 
 
 @functools.lru_cache(maxsize=256)
-def table_plan(table: Table) -> TablePlan:
-    """The cached :class:`TablePlan` of a table definition."""
-    shape = {
+def table_plan(table: Table, flavor: str = "changestream") -> TablePlan:
+    """The cached :class:`TablePlan` of a table definition whose events carry ``flavor``'s
+    source metadata (a source's kind changes the events' schema, so their schema key)."""
+    shape: dict[str, Any] = {
         "columns": [[c.name, str(c.type)] for c in table.columns],
         "primary_key": list(table.primary_key),
     }
+    if flavor != "changestream":
+        shape["source_metadata"] = flavor
     plan = TablePlan(
         names=tuple(c.name for c in table.columns),
         non_key=frozenset(c.name for c in table.non_key_columns),
@@ -208,6 +249,17 @@ def table_plan(table: Table) -> TablePlan:
     )
     _PLANS.setdefault(plan.schema_key, plan)
     return plan
+
+
+def _flavor(origin: TableOrigin | None) -> str:
+    return "changestream" if origin is None else origin.kind
+
+
+def _read_methods(origin: TableOrigin | None) -> tuple[str, str]:
+    """The (CDC, backfill) read methods of a table with ``origin``."""
+    if origin is None:
+        return CDC_READ_METHOD, BACKFILL_READ_METHOD
+    return SOURCE_READ_METHODS[origin.kind]
 
 
 def _changing(codecs: dict[str, Codec]) -> dict[str, Codec]:
@@ -286,9 +338,11 @@ def record_events(
     table: Table,
     records: Iterable[DataChangeRecord],
     read_timestamp_us: int,
+    origin: TableOrigin | None = None,
 ) -> list[Event]:
-    """:func:`cdc_events` of every mod of ``records`` (data change records of ``table``)."""
-    build = _CdcBuilder(stream_name, database, table, read_timestamp_us)
+    """:func:`cdc_events` of every mod of ``records`` (data change records of ``table``; with
+    ``origin``, a mirror table of a source database, whose metadata the events carry)."""
+    build = _CdcBuilder(stream_name, database, table, read_timestamp_us, origin)
     names = frozenset(c.name for c in table.columns)
     events: list[Event] = []
     for record in records:
@@ -307,6 +361,7 @@ def record_events(
                     mod.keys,
                     new_values,
                     old_values,
+                    record.transaction_tag,
                 )
             )
     return events
@@ -334,14 +389,23 @@ def _fitting(
 class _CdcBuilder:
     """Builds the CDC events of one table read at one time (what they share, computed once)."""
 
-    def __init__(self, stream_name: str, database: str, table: Table, read_us: int) -> None:
+    def __init__(
+        self,
+        stream_name: str,
+        database: str,
+        table: Table,
+        read_us: int,
+        origin: TableOrigin | None = None,
+    ) -> None:
         self.stream_name, self.database, self.table, self.read_us = (
             stream_name,
             database,
             table,
             read_us,
         )
-        self.plan = table_plan(table)
+        self.origin = origin
+        self.read_method = _read_methods(origin)[0]
+        self.plan = table_plan(table, _flavor(origin))
         self.object = object_name(database, table.name)
         self.non_key_count = len(self.plan.non_key)
 
@@ -355,6 +419,7 @@ class _CdcBuilder:
         keys: Mapping[str, Any],
         new_values: Mapping[str, Any],
         old_values: Mapping[str, Any],
+        transaction_tag: str = "",
     ) -> Event:
         plan, table = self.plan, self.table
         if mod_type not in CHANGE_TYPES:
@@ -376,9 +441,13 @@ class _CdcBuilder:
                 )
             row = _decode_row(plan, table, (keys, new_values))
         obj, stream_name = self.object, self.stream_name
+        source_tx_id, lsn = tx_id, None
+        if self.origin is not None:
+            # What the source wrote in the tag: its own transaction id and position.
+            source_tx_id, lsn = source_of_tag(transaction_tag) or (tx_id, None)
         return Event(
             stream_name=stream_name,
-            read_method=CDC_READ_METHOD,
+            read_method=self.read_method,
             object=obj,
             schema_key=plan.schema_key,
             uuid=_uuid("cdc", stream_name, obj, ts, tx_id, record_sequence, mod_index),
@@ -390,11 +459,13 @@ class _CdcBuilder:
                 table=table.name,
                 is_deleted=deleted,
                 change_type=mod_type,
-                tx_id=tx_id,
+                tx_id=source_tx_id,
                 commit_timestamp=ts,
                 record_sequence=record_sequence,
                 mod_index=mod_index,
                 primary_keys=table.primary_key,
+                origin=self.origin,
+                lsn=lsn,
             ),
             payload=row,
             table=table,
@@ -408,12 +479,15 @@ def backfill_events(
     rows: Iterable[tuple[Any, ...]],
     snapshot_timestamp_us: int,
     read_timestamp_us: int,
+    origin: TableOrigin | None = None,
 ) -> list[Event]:
-    """INSERT events of rows read from a snapshot at ``snapshot_timestamp_us``.
+    """INSERT events of rows read from a snapshot at ``snapshot_timestamp_us`` (``origin``:
+    as for :func:`record_events`).
 
     ``rows`` hold every column in ``table.columns`` order, as ``Database.read`` returns them.
     """
-    plan = table_plan(table)
+    plan = table_plan(table, _flavor(origin))
+    read_method = _read_methods(origin)[1]
     obj = object_name(database, table.name)
     metadata = SourceMetadata(
         database=database,
@@ -425,6 +499,7 @@ def backfill_events(
         record_sequence=None,
         mod_index=None,
         primary_keys=table.primary_key,
+        origin=origin,
     )
     sort_keys = (snapshot_timestamp_us, BACKFILL_RANK, 0, 0)
     events: list[Event] = []
@@ -439,7 +514,7 @@ def backfill_events(
         events.append(
             Event(
                 stream_name=stream_name,
-                read_method=BACKFILL_READ_METHOD,
+                read_method=read_method,
                 object=obj,
                 schema_key=plan.schema_key,
                 uuid=_uuid("backfill", stream_name, obj, encoded),

@@ -121,7 +121,8 @@ class SegmentWriter:
         directory = lane_directory(self.root, event.object, self.lane, event.schema_key)
         directory.mkdir(parents=True, exist_ok=True)
         if self.schema_files and not (directory / _SCHEMA).exists():
-            schema = {"schema_key": event.schema_key, "schema": avro_schema(event.table)}
+            flavor = event.source_metadata.flavor
+            schema = {"schema_key": event.schema_key, "schema": avro_schema(event.table, flavor)}
             _write_json(directory / _SCHEMA, schema)
         name = segment_name(self.seq, self.task, part, event.read_timestamp, self.format)
         started = (EventFile(directory / name, self.format, event, self.max_file_bytes), 0)

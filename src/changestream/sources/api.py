@@ -17,6 +17,7 @@ from changestream.sources.definition import (
 )
 from changestream.sources.pgoutput import lsn_text
 from changestream.sources.postgres import PostgresConnector, Progress, RunSummary
+from changestream.streams.origins import ORIGIN_KIND, TableOrigin
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -62,6 +63,13 @@ def add_source(
             ]
         )
         pg_catalog.ensure_publication(conn, publication, listed)
+    for table in listed:
+        schema, _, source_table = table.partition(".")
+        origin = TableOrigin("postgresql", name, schema, source_table)
+        mirror = definition.mirror(table)
+        current = db.system_documents(ORIGIN_KIND).get(mirror)
+        version = None if current is None else current.version
+        db.put_system_document(ORIGIN_KIND, mirror, origin.to_json(), version)
     db.put_system_document(DEFINITION_KIND, name, definition.to_json(), None)
     return definition
 

@@ -12,8 +12,17 @@ from changestream.errors import FailedPrecondition
 from changestream.sources.definition import POSITION_KIND, SourceDefinition, SourcePosition
 from changestream.sources.pg_catalog import MirroredTable
 from changestream.sources.pg_types import parser
-from changestream.sources.pgoutput import UNCHANGED, Delete, Insert, Relation, Truncate, Update
+from changestream.sources.pgoutput import (
+    UNCHANGED,
+    Delete,
+    Insert,
+    Relation,
+    Truncate,
+    Update,
+    lsn_text,
+)
 from changestream.store.keys import KeyRange
+from changestream.streams.origins import source_tag
 from changestream.types import ColumnType
 
 if TYPE_CHECKING:
@@ -95,7 +104,9 @@ class Mirror:
 
     def apply(self, transaction: SourceTransaction) -> None:
         """Apply one source transaction and record its end as the source's position."""
-        tag = f"source={self._definition.name},xid={transaction.xid}"
+        tag = source_tag(
+            self._definition.name, str(transaction.xid), lsn_text(transaction.commit_lsn)
+        )
         with self._db.transaction(tag=tag) as tx:
             # Consecutive inserts into one table go in as one mutation.
             inserting: int | None = None

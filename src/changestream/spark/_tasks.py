@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
@@ -35,6 +35,7 @@ from changestream.spark.history import HistoryReplica
 from changestream.spark.planning import read_records
 from changestream.spark.replica import DeltaReplica
 from changestream.streams.opening import open_database
+from changestream.streams.origins import TableOrigin
 from changestream.streams.records import DataChangeRecord
 from changestream.streams.roles import PipelineDatabase
 
@@ -77,6 +78,8 @@ class TaskPlan:
     drop_dropped_columns: bool = False
     append_only: bool = False
     schema_files: bool = False
+    #: The source-database table of each mirror table (its events carry that metadata).
+    origins: Mapping[str, TableOrigin] = field(default_factory=dict)
 
     def writer(self, lane: str, seq: int, task: int) -> SegmentWriter:
         return SegmentWriter(
@@ -170,8 +173,10 @@ def _events(
 ) -> list[Event]:
     out: list[Event] = []
     for name, table_records in records.items():
+        origin = plan.origins.get(name)
+        table = plan.tables[name]
         out.extend(
-            record_events(plan.stream_name, plan.schema, plan.tables[name], table_records, read_at)
+            record_events(plan.stream_name, plan.schema, table, table_records, read_at, origin)
         )
     return out
 
@@ -230,8 +235,9 @@ class BackfillTask:
                 columns = [c.name for c in table.columns]
                 snapshot = db.read_snapshot(self.table, chunk.key_range(), columns)
                 at = snapshot.read_timestamp
+                origin = self.plan.origins.get(self.table)
                 events = backfill_events(
-                    self.plan.stream_name, self.plan.schema, table, snapshot.rows, at, at
+                    self.plan.stream_name, self.plan.schema, table, snapshot.rows, at, at, origin
                 )
                 writer = self.plan.writer(BACKFILL_LANE, chunk.index, 0)
                 try:

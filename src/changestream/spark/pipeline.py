@@ -79,6 +79,7 @@ from changestream.spark._tasks import (
     read_staged,
 )
 from changestream.streams.opening import open_database
+from changestream.streams.origins import table_origins
 from changestream.streams.roles import PipelineDatabase
 
 log = logging.getLogger(__name__)
@@ -422,6 +423,9 @@ class SparkPipeline:
             drop_dropped_columns=self.definition.replica_dropped_columns == "drop",
             append_only=self.definition.replica_mode == "append-only",
             schema_files=self.definition.schema_file == "avro",
+            origins={
+                name: origin for name, origin in table_origins(self.db).items() if name in tables
+            },
         )
 
     def _tables(self) -> dict[str, Table]:

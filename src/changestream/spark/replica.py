@@ -41,7 +41,13 @@ from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
 from changestream.codecs import Codec, identity, text_decoder, text_encoder, to_sqlite
-from changestream.datastream.events import Event, object_name, schema_key
+from changestream.datastream.events import (
+    SOURCE_METADATA_FIELDS,
+    Event,
+    object_name,
+    schema_key,
+    table_plan,
+)
 from changestream.ddl.schema import Column, Table
 from changestream.errors import FailedPrecondition, InvalidArgument, NotFound
 from changestream.types import ColumnType
@@ -246,6 +252,10 @@ class DeltaReplica:
         self.path = Path(root) / self.object
         self.schema = self._schema_for(table)
         self._schema_key = schema_key(table)
+        # Events of this table's shape, whichever source metadata they carry.
+        self._schema_keys = frozenset(
+            table_plan(table, flavor).schema_key for flavor in SOURCE_METADATA_FIELDS
+        )
         self._to_arrow = [text_encoder(c.type) for c in table.columns]
         self._from_arrow = [text_decoder(c.type) for c in table.columns]
         self._order = [_storage_order(c.type) for c in table.key_columns]
@@ -304,7 +314,7 @@ class DeltaReplica:
         return latest_per_key(pa.concat_tables(parts), list(self.table.primary_key))
 
     def _check_belongs(self, event: Event) -> None:
-        if event.object != self.object or event.schema_key != self._schema_key:
+        if event.object != self.object or event.schema_key not in self._schema_keys:
             raise InvalidArgument(
                 f"event {event.uuid} is for {event.object} (schema {event.schema_key}), "
                 f"this replica holds {self.object} (schema {self._schema_key})"
