@@ -53,7 +53,7 @@ class SourcePosition:
     lsn: int
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return {"state": self.state, "lsn": self.lsn}
 
     @staticmethod
     def from_json(body: dict[str, Any]) -> SourcePosition:

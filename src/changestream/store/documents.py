@@ -128,10 +128,11 @@ def put_system_document(
 def write_in_transaction(conn: sqlite3.Connection, kind: str, name: str, text: bytes) -> None:
     """Write a document inside the write transaction open on ``conn``, whatever version it is
     at (its owner is the only writer: a source's position, written with its changes)."""
-    row = conn.execute(
-        "SELECT version FROM _cs_documents WHERE kind = ? AND name = ?", (kind, name)
-    ).fetchone()
-    _write(conn, kind, name, 1 if row is None else int(row[0]) + 1, text)
+    conn.execute(
+        "INSERT INTO _cs_documents (kind, name, version, body) VALUES (?, ?, 1, ?) "
+        "ON CONFLICT (kind, name) DO UPDATE SET version = version + 1, body = excluded.body",
+        (kind, name, text),
+    )
 
 
 def _write(conn: sqlite3.Connection, kind: str, name: str, version: int, text: bytes) -> None:
