@@ -71,3 +71,12 @@ def test_moved_names_still_answer_from_their_old_modules() -> None:
         assert old_codecs.json_encoder is codecs.event_encoder
     with pytest.raises(AttributeError):
         _ = old_codecs.no_such_name
+
+
+@pytest.mark.parametrize(("ctype", "value"), VALUES, ids=[str(t) for t, _ in VALUES])
+def test_a_stored_value_reaches_event_json_as_it_would_through_python(
+    ctype: ColumnType, value: Any
+) -> None:
+    stored = codecs.to_json_value(ctype, value)
+    through_python = codecs.event_encoder(ctype)(codecs.from_json_value(ctype, stored))
+    assert codecs.record_to_event(ctype)(stored) == through_python

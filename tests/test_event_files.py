@@ -242,7 +242,9 @@ def test_write_uses_fresh_names(tmp_path: Path) -> None:
 @pytest.mark.parametrize("format", FORMATS)
 def test_a_failed_write_leaves_no_partial_file(tmp_path: Path, format: str) -> None:
     good = sample_events(100)
-    bad = dataclasses.replace(good[-1], uuid="bad", payload={**good[-1].payload, "FIELD2": {1}})
+    bad = dataclasses.replace(
+        good[-1], uuid="bad", payload={**good[-1].payload, "FIELD2": {1}}, record_payload=None
+    )
     writer = EventFileWriter(tmp_path, format, max_file_bytes=2048)
     with pytest.raises((TypeError, ValueError)):
         writer.write([*good, bad])

@@ -9,7 +9,8 @@ A value the user wrote (validated into its canonical Python form by
   TIMESTAMP as text, a JSON column as its document, NaN as ``"NaN"``): :func:`record_encoder`,
   :func:`record_decoder`.
 - **event JSON**, the payload of Datastream-style events: the change-record form, but a JSON
-  column as its text: :func:`event_encoder`.
+  column as its text: :func:`event_encoder`, and :func:`record_to_event` straight from the
+  change-record form (a change's stored JSON goes to event files without being decoded).
 - **columnar**, Avro files and Delta tables (NUMERIC and JSON as text): :func:`text_encoder`,
   :func:`text_decoder`.
 
@@ -164,6 +165,22 @@ def event_encoder(ctype: ColumnType) -> Codec:
         element = event_encoder(ctype.element)
         return record_encoder(ctype) if element is identity else _each(element)
     return record_encoder(ctype)
+
+
+@functools.lru_cache(maxsize=1024)
+def record_to_event(ctype: ColumnType) -> Codec:
+    """Change-record JSON value → event JSON value, without the Python value between: the
+    two forms differ only in a JSON column (a document in records, its text in events) and
+    an INT64 a record may carry as a decimal string."""
+    if ctype.code == "JSON":
+        return nullable(_sorted_json_text)
+    if ctype.code == "INT64":
+        return nullable(int)
+    if ctype.code == "ARRAY":
+        assert ctype.element is not None
+        element = record_to_event(ctype.element)
+        return identity if element is identity else _each(element)
+    return identity
 
 
 # -- SQLite storage --------------------------------------------------------------------------

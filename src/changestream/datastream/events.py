@@ -42,6 +42,7 @@ from changestream.codecs import (
     micros_text,
     millis_text,
     record_decoder,
+    record_to_event,
 )
 from changestream.ddl.schema import Table
 from changestream.errors import InvalidArgument
@@ -165,6 +166,9 @@ class Event:
     source_metadata: SourceMetadata
     payload: dict[str, Any]
     table: Table = field(repr=False, compare=False)
+    #: The payload as the change record holds it (CDC events): written to JSON files as it is
+    #: but for JSON columns, rather than encoded again from ``payload``.
+    record_payload: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
     @property
     def is_deleted(self) -> bool:
@@ -173,7 +177,10 @@ class Event:
     def to_json_dict(self) -> dict[str, Any]:
         """The event as the seed's JSON object."""
         plan = plan_of(self)
-        payload = self.payload
+        if self.record_payload is not None:
+            payload = _encoded(self.record_payload, plan.record_to_event)
+        else:
+            payload = _encoded(self.payload, plan.json_encoders)
         return {
             "stream_name": self.stream_name,
             "read_method": self.read_method,
@@ -184,7 +191,7 @@ class Event:
             "source_timestamp": millis_text(self.source_timestamp),
             "sort_keys": list(self.sort_keys),
             "source_metadata": self.source_metadata.to_json_dict(),
-            "payload": _encoded(payload, plan.json_encoders),
+            "payload": payload,
         }
 
 
@@ -216,6 +223,8 @@ class TablePlan:
     #: (columns whose value is its own encoding are left out).
     json_encoders: Mapping[str, Codec]
     decoders: Mapping[str, Codec]
+    #: Change-record value → event JSON value, for the columns where the two differ.
+    record_to_event: Mapping[str, Codec]
     schema_key: str
 
 
@@ -245,6 +254,7 @@ def table_plan(table: Table, flavor: str = "changestream") -> TablePlan:
         non_key=frozenset(c.name for c in table.non_key_columns),
         json_encoders=_changing({c.name: event_encoder(c.type) for c in table.columns}),
         decoders=_changing({c.name: record_decoder(c.type) for c in table.columns}),
+        record_to_event=_changing({c.name: record_to_event(c.type) for c in table.columns}),
         schema_key=hashlib.sha256(orjson.dumps(shape)).hexdigest()[:32],
     )
     _PLANS.setdefault(plan.schema_key, plan)
@@ -278,16 +288,18 @@ def _uuid(*parts: Any) -> str:
 
 def _decode_row(
     plan: TablePlan, table: Table, values: Iterable[Mapping[str, Any]]
-) -> dict[str, Any]:
-    row: dict[str, Any] = dict.fromkeys(plan.names)
-    width = len(row)
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The row as the change record holds it, and decoded."""
+    stored: dict[str, Any] = dict.fromkeys(plan.names)
+    width = len(stored)
     for part in values:
-        row.update(part)
-    if len(row) != width:
-        unknown = next(name for name in row if name not in plan.names)
+        stored.update(part)
+    if len(stored) != width:
+        unknown = next(name for name in stored if name not in plan.names)
         raise InvalidArgument(
             f"column {unknown!r} is not in table {table.name!r} (columns: {', '.join(plan.names)})"
         )
+    row = dict(stored)
     for name, decode in plan.decoders.items():
         value = row[name]
         if value is not None:
@@ -300,7 +312,7 @@ def _decode_row(
                     f"column {name!r} of type {column.type} in table {table.name!r} cannot "
                     f"hold the change-record value {value!r}"
                 ) from exc
-    return row
+    return stored, row
 
 
 def cdc_events(
@@ -428,7 +440,7 @@ class _CdcBuilder:
             )
         deleted = mod_type == "DELETE"
         if deleted:
-            row = _decode_row(plan, table, (keys, old_values))
+            stored, row = _decode_row(plan, table, (keys, old_values))
         else:
             # Unknown columns fail in _decode_row, so a full count means none is missing.
             if len(new_values) < self.non_key_count:
@@ -439,7 +451,7 @@ class _CdcBuilder:
                     "(value_capture_type NEW_ROW or NEW_ROW_AND_OLD_VALUES) and track every "
                     "column"
                 )
-            row = _decode_row(plan, table, (keys, new_values))
+            stored, row = _decode_row(plan, table, (keys, new_values))
         obj, stream_name = self.object, self.stream_name
         source_tx_id, lsn = tx_id, None
         if self.origin is not None:
@@ -469,6 +481,7 @@ class _CdcBuilder:
             ),
             payload=row,
             table=table,
+            record_payload=stored,
         )
 
 
