@@ -7,11 +7,11 @@ source server; our database file keeps its usual settings), and measures, as a u
 - the source's write rate alone: 100-row transactions from one client (the baseline);
 - draining a backlog: the connector started after the backlog was written, until caught up
   (changes/s), with its peak RSS;
-- steady state: the connector running while one client writes 100-row transactions as fast
-  as it can (changes/s from the first write until the last is in our log);
+- the running connector's CPU when nothing is written;
 - commit → our log latency of single-row transactions at 1,000 tx/s (p50/p99), from the
   writer's clock after its commit returned to our commit timestamp (same machine clock);
-- the running connector's CPU when nothing is written.
+- steady state: the connector running while one client writes 100-row transactions as fast
+  as it can (changes/s from the first write until the last is in our log).
 
 Every phase checks, by reading the change stream, that each change arrived exactly once.
 Goals (issue 19): ≥ 50k changes/s draining a backlog, p99 ≤ 20 ms at 1,000 tx/s, < 2% of a
@@ -199,6 +199,18 @@ def measure(args: argparse.Namespace, work: Path, dsn: str) -> dict[str, Any]:
             result["idle_connector_cpu_percent_of_core"] = round(idle * 100, 2)
 
             since = now_us()
+            committed = source.write_paced(1000, args.latency_seconds)
+            total = source.count()
+            wait_until(lambda: mirror_count(db) == total, 120, "the paced writes arrived")
+            got = captured(db, since)
+            expect("paced ids in the change stream", sorted(got), sorted(committed))
+            latencies = [(got[key] - at) / 1000 for key, at in committed.items()]
+            result["at_1000_tx_per_s"] = {
+                "tx": len(committed),
+                "tx_per_s": round(len(committed) / args.latency_seconds),
+                **percentiles(latencies),
+            }
+            since = now_us()
             started = time.perf_counter()
             source.write_batches(args.steady_transactions)
             total = source.count()
@@ -211,18 +223,6 @@ def measure(args: argparse.Namespace, work: Path, dsn: str) -> dict[str, Any]:
                 "changes_per_s": round(args.steady_transactions * ROWS_PER_TX / steady_seconds),
             }
 
-            since = now_us()
-            committed = source.write_paced(1000, args.latency_seconds)
-            total = source.count()
-            wait_until(lambda: mirror_count(db) == total, 120, "the paced writes arrived")
-            got = captured(db, since)
-            expect("paced ids in the change stream", sorted(got), sorted(committed))
-            latencies = [(got[key] - at) / 1000 for key, at in committed.items()]
-            result["at_1000_tx_per_s"] = {
-                "tx": len(committed),
-                "tx_per_s": round(len(committed) / args.latency_seconds),
-                **percentiles(latencies),
-            }
     finally:
         running.send_signal(signal.SIGTERM)
         running.wait(timeout=60)
