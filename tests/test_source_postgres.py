@@ -428,3 +428,29 @@ def test_a_connector_killed_during_its_copy_copies_again_and_misses_nothing(
 def _mirror_count(db: changestream.EmbeddedDatabase) -> int:
     ((count,),) = list(db.execute_sql("SELECT COUNT(*) FROM public_accounts"))
     return int(count)
+
+
+def test_a_connection_lost_while_running_ends_the_run_with_a_clear_error(
+    source_dsn: str, db: Any
+) -> None:
+    add_source(db, "Bank", postgres=source_dsn)
+    failures: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            run_source(db, "Bank", stop=threading.Event())
+        except BaseException as exc:
+            failures.append(exc)
+
+    runner = threading.Thread(target=run)
+    runner.start()
+    _wait_until_streaming(db, "Bank")
+    _execute(
+        source_dsn,
+        "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory'",
+    )
+    runner.join(timeout=30)
+    assert not runner.is_alive()
+    (failure,) = failures
+    assert isinstance(failure, Unavailable)
+    assert "source Bank: the server failed" in str(failure)

@@ -7,7 +7,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from changestream.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from changestream.retry import retrying
@@ -31,6 +31,17 @@ def _psycopg2() -> Any:
     return psycopg2
 
 
+def reason(error: BaseException) -> str:
+    """The first line of what the server or client said, for an error message."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def server_error() -> type[Exception]:
+    """The base class of what the PostgreSQL client raises (lost connection, failed query)."""
+    return cast(type[Exception], _psycopg2().Error)
+
+
 def connect(dsn: str, replication: bool = False) -> Any:
     """A connection to ``dsn`` (a replication one when asked), retried with backoff while the
     server cannot be reached; Unavailable naming the server when it never answers."""
@@ -48,8 +59,8 @@ def connect(dsn: str, replication: bool = False) -> Any:
     try:
         return retrying(unreachable, first=0.2, most=2.0, attempts=CONNECT_ATTEMPTS)(attempt)
     except psycopg2.OperationalError as exc:
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise Unavailable(f"cannot reach the PostgreSQL server of the source: {reason}") from exc
+        said = reason(exc)
+        raise Unavailable(f"cannot reach the PostgreSQL server of the source: {said}") from exc
 
 
 @contextmanager

@@ -1,10 +1,11 @@
 """The PostgreSQL connector: an initial copy consistent with a new replication slot, then the
 slot's ``pgoutput`` stream, one changestream transaction per source transaction.
 
-The slot is acknowledged (flush LSN) only after the transaction that reached it has committed
-here, and transactions that end at or before the recorded position are skipped, so a connector
-killed at any moment resumes without losing or repeating a change. A copy cut short starts
-again from a new slot (the old snapshot is gone with its session).
+The slot is advanced only after the transactions read from it have committed here, and
+transactions that end at or before the recorded position are skipped, so a connector killed at
+any moment resumes without losing or repeating a change. A copy cut short starts again from a
+new slot (the old snapshot is gone with its session). A lost connection to the server ends the
+run with :class:`~changestream.errors.Unavailable`.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from changestream.errors import Unavailable
 from changestream.sources import pg_catalog
 from changestream.sources.definition import SourceDefinition, SourcePosition
 from changestream.sources.mirror import Change, Mirror, SourceTransaction
@@ -75,6 +77,13 @@ class PostgresConnector:
     def run(self, stop: threading.Event, until_caught_up: bool = False) -> RunSummary:
         """Copy (when not done yet), then follow the slot until ``stop`` is set or, with
         ``until_caught_up``, until every source commit made before the call is here."""
+        try:
+            return self._run(stop, until_caught_up)
+        except pg_catalog.server_error() as exc:
+            name, reason = self._definition.name, pg_catalog.reason(exc)
+            raise Unavailable(f"source {name}: the server failed: {reason}") from exc
+
+    def _run(self, stop: threading.Event, until_caught_up: bool) -> RunSummary:
         definition = self._definition
         with pg_catalog.session(definition.dsn) as conn:
             conn.autocommit = True
