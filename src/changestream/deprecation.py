@@ -20,15 +20,14 @@ def renamed(module: str, old: str, new: Any) -> Callable[[str], Any]:
     return __getattr__
 
 
-def moved(module: str, names: Mapping[str, str]) -> Callable[[str], Any]:
-    """A module ``__getattr__`` answering each old name in ``names`` with the object named
-    by its value, ``"package.module:name"`` (imported on first use, and with a warning)."""
+def moved(module: str, where: str, names: Mapping[str, str]) -> Callable[[str], Any]:
+    """A module ``__getattr__`` answering each old name in ``names`` with its new name in
+    module ``where`` (imported on first use, and with a warning)."""
 
     def __getattr__(name: str) -> Any:
-        target = names.get(name)
-        if target is None:
+        new = names.get(name)
+        if new is None:
             raise AttributeError(f"module {module!r} has no attribute {name!r}")
-        where, new = target.split(":")
         warnings.warn(f"{module}.{name} is now {where}.{new}", DeprecationWarning, stacklevel=2)
         return getattr(importlib.import_module(where), new)
 

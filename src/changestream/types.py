@@ -224,15 +224,13 @@ _CHECKS: dict[str, Callable[[ColumnType, Any, str], Any]] = {
 #: The encodings that lived here are in :mod:`changestream.codecs` now.
 __getattr__ = moved(
     __name__,
+    "changestream.codecs",
     {
-        name: f"changestream.codecs:{new}"
-        for name, new in {
-            "to_json_value": "to_json_value",
-            "from_json_value": "from_json_value",
-            "to_sqlite": "to_sqlite",
-            "from_sqlite": "from_sqlite",
-            "identity": "identity",
-            "json_encoder": "record_encoder",
-        }.items()
+        "to_json_value": "to_json_value",
+        "from_json_value": "from_json_value",
+        "to_sqlite": "to_sqlite",
+        "from_sqlite": "from_sqlite",
+        "identity": "identity",
+        "json_encoder": "record_encoder",
     },
 )

@@ -4,18 +4,16 @@ from changestream.deprecation import moved
 
 __getattr__ = moved(
     __name__,
+    "changestream.codecs",
     {
-        name: f"changestream.codecs:{new}"
-        for name, new in {
-            "Codec": "Codec",
-            "identity": "identity",
-            "nullable": "nullable",
-            "micros_text": "micros_text",
-            "millis_text": "millis_text",
-            "json_encoder": "event_encoder",
-            "record_decoder": "record_decoder",
-            "text_encoder": "text_encoder",
-            "text_decoder": "text_decoder",
-        }.items()
+        "Codec": "Codec",
+        "identity": "identity",
+        "nullable": "nullable",
+        "micros_text": "micros_text",
+        "millis_text": "millis_text",
+        "json_encoder": "event_encoder",
+        "record_decoder": "record_decoder",
+        "text_encoder": "text_encoder",
+        "text_decoder": "text_decoder",
     },
 )
