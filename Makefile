@@ -39,6 +39,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/spark_read.py
 	$(PY) benchmarks/pipeline.py
 	$(PY) benchmarks/sources.py
+	$(PY) benchmarks/sources.py --source mysql
 	$(PY) benchmarks/schema_change.py
 
 clean:

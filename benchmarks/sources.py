@@ -1,8 +1,9 @@
-"""The PostgreSQL source: how fast changes get from a real PostgreSQL 15 into the change log.
+"""A source: how fast changes get from a real PostgreSQL 15 (``--source postgres``, the
+default) or MariaDB (``--source mysql``) into the change log.
 
-One run starts its own server (``initdb`` in a temporary directory, ``fsync = off`` on the
-source server; our database file keeps its usual settings), and measures, as a user runs it
-(``changestream sources run`` in a subprocess):
+One run starts its own server in a temporary directory (PostgreSQL: ``initdb``, ``fsync =
+off``; MariaDB: ``mariadb-install-db``, no binlog sync; our database file keeps its usual
+settings), and measures, as a user runs it (``changestream sources run`` in a subprocess):
 
 - the source's write rate alone: 100-row transactions from one client (the baseline);
 - draining a backlog: the connector started after the backlog was written, until caught up
@@ -23,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import signal
 import statistics
 import subprocess
@@ -36,18 +36,21 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import psycopg2  # type: ignore[import-untyped]  # noqa: E402
-from tests.postgres_support import start_server, stop_server  # noqa: E402
+from tests import mariadb_support, postgres_support  # noqa: E402
 
 import changestream  # noqa: E402
 from changestream.clock import now_us  # noqa: E402
 from changestream.sources import add_source, describe_source  # noqa: E402
 from checks import expect, goal, goals  # noqa: E402
 
-TABLE = (
-    "CREATE TABLE items (id bigint PRIMARY KEY, name text NOT NULL, qty integer, "
-    "price numeric(12, 2), seen timestamptz DEFAULT now())"
-)
+TABLE = {
+    "postgres": "CREATE TABLE items (id bigint PRIMARY KEY, name text NOT NULL, qty integer, "
+    "price numeric(12, 2), seen timestamptz DEFAULT now())",
+    "mysql": "CREATE TABLE items (id bigint PRIMARY KEY, name varchar(100) NOT NULL, qty int, "
+    "price decimal(12, 2), seen timestamp(6) DEFAULT CURRENT_TIMESTAMP(6))",
+}
+#: The mirror of ``items`` of each kind of source.
+MIRROR = {"postgres": "public_items", "mysql": "bench_items"}
 ROWS_PER_TX = 100
 
 
@@ -57,11 +60,12 @@ def cpu_seconds(pid: int) -> float:
 
 
 class Source:
-    """The benchmark's PostgreSQL database and one client writing to it."""
+    """The benchmark's source database and one client writing to it."""
 
-    def __init__(self, dsn: str) -> None:
+    def __init__(self, kind: str, dsn: str, conn: Any) -> None:
+        self.kind = kind
         self.dsn = dsn
-        self.conn = psycopg2.connect(dsn)
+        self.conn = conn
         self.next_id = 0
 
     def write_batches(self, transactions: int) -> float:
@@ -71,12 +75,19 @@ class Source:
             for _ in range(transactions):
                 first = self.next_id
                 self.next_id += ROWS_PER_TX
-                cur.execute(
-                    "INSERT INTO items (id, name, qty, price) "
-                    "SELECT g, 'item ' || g, g %% 100, (g %% 1000) / 10.0 "
-                    "FROM generate_series(%s, %s) g",
-                    (first, self.next_id - 1),
-                )
+                if self.kind == "mysql":
+                    rows = ", ".join(
+                        f"({g}, 'item {g}', {g % 100}, {g % 1000 / 10.0})"
+                        for g in range(first, self.next_id)
+                    )
+                    cur.execute(f"INSERT INTO items (id, name, qty, price) VALUES {rows}")
+                else:
+                    cur.execute(
+                        "INSERT INTO items (id, name, qty, price) "
+                        "SELECT g, 'item ' || g, g %% 100, (g %% 1000) / 10.0 "
+                        "FROM generate_series(%s, %s) g",
+                        (first, self.next_id - 1),
+                    )
                 self.conn.commit()
         return time.perf_counter() - started
 
@@ -112,14 +123,18 @@ def connector(path: str, *extra: str) -> subprocess.Popen[bytes]:
     )
 
 
-def caught_up(path: str) -> float:
-    """Run the connector until it has caught up; returns the seconds it took."""
+def caught_up(path: str) -> tuple[float, float]:
+    """Run the connector until it has caught up; returns the seconds it took and its peak RSS
+    (MB, from its own rusage: the source server, also a child here, is not counted)."""
     started = time.perf_counter()
     process = connector(path, "--until-caught-up")
-    _, err = process.communicate(timeout=3600)
+    assert process.stderr is not None
+    err = process.stderr.read()
+    _, status, usage = os.wait4(process.pid, 0)
+    process.returncode = os.waitstatus_to_exitcode(status)
     if process.returncode != 0:
         raise SystemExit(f"the connector failed: {err.decode()[-2000:]}")
-    return time.perf_counter() - started
+    return time.perf_counter() - started, usage.ru_maxrss / 1024
 
 
 def captured(db: changestream.EmbeddedDatabase, since: int) -> dict[int, int]:
@@ -137,8 +152,8 @@ def captured(db: changestream.EmbeddedDatabase, since: int) -> dict[int, int]:
     return seen
 
 
-def mirror_count(db: changestream.EmbeddedDatabase) -> int:
-    ((count,),) = list(db.execute_sql("SELECT COUNT(*) FROM public_items"))
+def mirror_count(db: changestream.EmbeddedDatabase, kind: str) -> int:
+    ((count,),) = list(db.execute_sql(f"SELECT COUNT(*) FROM {MIRROR[kind]}"))
     return int(count)
 
 
@@ -158,8 +173,8 @@ def percentiles(values: list[float]) -> dict[str, float]:
     }
 
 
-def measure(args: argparse.Namespace, work: Path, dsn: str) -> dict[str, Any]:
-    source = Source(dsn)
+def measure(args: argparse.Namespace, work: Path, source: Source) -> dict[str, Any]:
+    kind = source.kind
     path = str(work / "mirror.db")
     result: dict[str, Any] = {"rows_per_transaction": ROWS_PER_TX}
 
@@ -167,25 +182,23 @@ def measure(args: argparse.Namespace, work: Path, dsn: str) -> dict[str, Any]:
     result["source_write_changes_per_s"] = round(args.write_transactions * ROWS_PER_TX / seconds)
 
     with changestream.open(path) as db:
-        add_source(db, "Items", postgres=dsn)
-    copy_seconds = caught_up(path)
+        add_source(db, "Items", **{kind: source.dsn})
+    copy_seconds, _ = caught_up(path)
     copied = source.count()
     result["initial_copy"] = {"rows": copied, "rows_per_s": round(copied / copy_seconds)}
 
     backlog_tx = args.backlog_changes // ROWS_PER_TX
     since = now_us()
     source.write_batches(backlog_tx)
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    drain_seconds = caught_up(path)
-    peak_kb = max(before, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+    drain_seconds, peak_mb = caught_up(path)
     with changestream.open(path) as db:
         got = captured(db, since)
         expect("backlog changes in the change stream", len(got), backlog_tx * ROWS_PER_TX)
-        expect("mirror rows after the backlog", mirror_count(db), source.count())
+        expect("mirror rows after the backlog", mirror_count(db, kind), source.count())
     result["backlog"] = {
         "changes": backlog_tx * ROWS_PER_TX,
         "changes_per_s": round(backlog_tx * ROWS_PER_TX / drain_seconds),
-        "connector_peak_rss_mb": round(peak_kb / 1024, 1),
+        "connector_peak_rss_mb": round(peak_mb, 1),
     }
 
     running = connector(path)
@@ -201,7 +214,7 @@ def measure(args: argparse.Namespace, work: Path, dsn: str) -> dict[str, Any]:
             since = now_us()
             committed = source.write_paced(1000, args.latency_seconds)
             total = source.count()
-            wait_until(lambda: mirror_count(db) == total, 120, "the paced writes arrived")
+            wait_until(lambda: mirror_count(db, kind) == total, 120, "the paced writes arrived")
             got = captured(db, since)
             expect("paced ids in the change stream", sorted(got), sorted(committed))
             latencies = [(got[key] - at) / 1000 for key, at in committed.items()]
@@ -214,7 +227,7 @@ def measure(args: argparse.Namespace, work: Path, dsn: str) -> dict[str, Any]:
             started = time.perf_counter()
             source.write_batches(args.steady_transactions)
             total = source.count()
-            wait_until(lambda: mirror_count(db) == total, 600, "the steady writes arrived")
+            wait_until(lambda: mirror_count(db, kind) == total, 600, "the steady writes arrived")
             steady_seconds = time.perf_counter() - started
             got = captured(db, since)
             expect("steady changes in the change stream", len(got), args.steady_transactions * 100)
@@ -229,6 +242,30 @@ def measure(args: argparse.Namespace, work: Path, dsn: str) -> dict[str, Any]:
     return result
 
 
+def measure_postgres(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    import psycopg2  # type: ignore[import-untyped]
+
+    server = postgres_support.start_server()
+    try:
+        dsn = server.create_database("bench")
+        server.sql(TABLE["postgres"], "bench")
+        return measure(args, work, Source("postgres", dsn, psycopg2.connect(dsn)))
+    finally:
+        postgres_support.stop_server(server)
+
+
+def measure_mariadb(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    server = mariadb_support.start_server()
+    try:
+        dsn = server.create_database("bench")
+        server.sql(TABLE["mysql"], "bench")
+        conn = server.connect("bench")
+        conn.autocommit(False)
+        return measure(args, work, Source("mysql", dsn, conn))
+    finally:
+        mariadb_support.stop_server(server)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--write-transactions", type=int, default=1000)
@@ -236,20 +273,15 @@ def main() -> None:
     parser.add_argument("--steady-transactions", type=int, default=1000)
     parser.add_argument("--latency-seconds", type=float, default=10.0)
     parser.add_argument("--idle-seconds", type=float, default=5.0)
+    parser.add_argument("--source", choices=["postgres", "mysql"], default="postgres")
     args = parser.parse_args()
-    server = start_server()
-    try:
-        dsn = server.create_database("bench")
-        conn = psycopg2.connect(dsn)
-        conn.autocommit = True
-        with conn.cursor() as cur:
-            cur.execute(TABLE)
-        conn.close()
-        with tempfile.TemporaryDirectory() as work:
+    with tempfile.TemporaryDirectory() as work:
+        if args.source == "mysql":
+            result = {"benchmark": "sources", "source": "mariadb, binlog not synced"}
+            result.update(measure_mariadb(args, Path(work)))
+        else:
             result = {"benchmark": "sources", "source": "postgresql 15, fsync off"}
-            result.update(measure(args, Path(work), dsn))
-    finally:
-        stop_server(server)
+            result.update(measure_postgres(args, Path(work)))
     backlog, paced = result["backlog"], result["at_1000_tx_per_s"]
     idle = result["idle_connector_cpu_percent_of_core"]
     goals(

@@ -38,6 +38,10 @@ SMOKE = {
         *("--write-transactions", "5", "--backlog-changes", "2000"),
         *("--steady-transactions", "5", "--latency-seconds", "1", "--idle-seconds", "1"),
     ],
+    "sources_mysql": [
+        *("--source", "mysql", "--write-transactions", "5", "--backlog-changes", "2000"),
+        *("--steady-transactions", "5", "--latency-seconds", "1", "--idle-seconds", "1"),
+    ],
 }
 
 
@@ -50,7 +54,7 @@ FAULT = {
 }
 SPARK = ("spark_read", "spark_read_streaming", "pipeline")
 #: Benchmarks run as a part of another's script.
-SCRIPTS = {"spark_read_streaming": "spark_read"}
+SCRIPTS = {"spark_read_streaming": "spark_read", "sources_mysql": "sources"}
 
 
 def run(name: str, fault: bool) -> subprocess.CompletedProcess[str]:

@@ -1,8 +1,9 @@
-"""From PostgreSQL to Datastream-style events and a Delta replica: a real PostgreSQL 15 feeds a
-source, and the Spark pipeline lands its changes with PostgreSQL's own source metadata."""
+"""From PostgreSQL and MariaDB to Datastream-style events and a Delta replica: a real server
+feeds a source, and the Spark pipeline lands its changes with the source's own metadata."""
 
 from __future__ import annotations
 
+import decimal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,11 +19,21 @@ from changestream.datastream.files import event_files, read_events  # noqa: E402
 from changestream.sources import add_source, run_source  # noqa: E402
 from changestream.spark.pipeline import PipelineOptions, SparkPipeline  # noqa: E402
 from changestream.spark.replica import DeltaReplica  # noqa: E402
+from tests.mariadb_support import MariaDbServer, mariadb_server  # noqa: E402, F401
 from tests.postgres_support import PostgresServer, postgres_server  # noqa: E402, F401
 
 pytestmark = pytest.mark.timeout(600)
 
 POSTGRES_METADATA = ["schema", "table", "is_deleted", "change_type", "tx_id", "lsn", "primary_keys"]
+MYSQL_METADATA = [
+    "database",
+    "table",
+    "is_deleted",
+    "change_type",
+    "log_file",
+    "log_position",
+    "primary_keys",
+]
 
 
 @pytest.fixture(scope="module")
@@ -64,32 +75,21 @@ def test_postgres_changes_land_as_events_with_postgres_metadata_and_a_replica(
     path = str(tmp_path / "bank.db")
     with changestream.open(path) as db:
         add_source(db, "Bank", postgres=dsn)
-        run_source(db, "Bank", until_caught_up=True)
-        definition = StreamDefinition(
-            name="bank",
-            database=path,
-            change_stream="Bank",
-            destination=str(tmp_path / "events"),
-            replica=str(tmp_path / "replica"),
-            format=file_format,
-        )
-        catalog = StreamCatalog(db)
-        catalog.create(definition)
-        catalog.transition("bank", "start")
-    options = PipelineOptions(until_caught_up=True, trigger_seconds=0.5)
-    SparkPipeline("bank", path, options, spark=spark).run()  # the backfill of the copy
-    ((xid,),) = _execute(
-        dsn,
-        "INSERT INTO accounts VALUES (3, 'cy', 7.25)",
-        "UPDATE accounts SET balance = 11.00 WHERE id = 1",
-        "DELETE FROM accounts WHERE id = 2",
-        "SELECT txid_current()",
-    )
-    with changestream.open(path) as db:
-        run_source(db, "Bank", until_caught_up=True)
-    SparkPipeline("bank", path, options, spark=spark).run()
+    written: list[Any] = []
 
-    events = [e for f in event_files(tmp_path / "events") for e in read_events(f)]
+    def write() -> None:
+        written.extend(
+            _execute(
+                dsn,
+                "INSERT INTO accounts VALUES (3, 'cy', 7.25)",
+                "UPDATE accounts SET balance = 11.00 WHERE id = 1",
+                "DELETE FROM accounts WHERE id = 2",
+                "SELECT txid_current()",
+            )
+        )
+
+    events = _land(spark, tmp_path, path, "Bank", file_format, write)
+    ((xid,),) = written
     backfill = [e for e in events if e["read_method"] == "postgresql-backfill"]
     cdc = sorted(
         (e for e in events if e["read_method"] == "postgresql-cdc-wal"),
@@ -118,3 +118,95 @@ def test_postgres_changes_land_as_events_with_postgres_metadata_and_a_replica(
     replica = DeltaReplica(tmp_path / "replica", "bank", schema).read_rows()
     source = _execute(dsn, "SELECT id, owner, balance FROM accounts ORDER BY id")
     assert sorted(replica) == [tuple(row) for row in source]
+
+
+def _land(
+    spark: Any, tmp_path: Path, path: str, name: str, file_format: str, write: Any
+) -> list[dict[str, Any]]:
+    """Run the pipeline of source ``name`` over its copy, then ``write()`` to the source,
+    capture it and run the pipeline again; every event written."""
+    with changestream.open(path) as db:
+        run_source(db, name, until_caught_up=True)
+        definition = StreamDefinition(
+            name="landing",
+            database=path,
+            change_stream=name,
+            destination=str(tmp_path / "events"),
+            replica=str(tmp_path / "replica"),
+            format=file_format,
+        )
+        catalog = StreamCatalog(db)
+        catalog.create(definition)
+        catalog.transition("landing", "start")
+    options = PipelineOptions(until_caught_up=True, trigger_seconds=0.5)
+    SparkPipeline("landing", path, options, spark=spark).run()
+    write()
+    with changestream.open(path) as db:
+        run_source(db, name, until_caught_up=True)
+    SparkPipeline("landing", path, options, spark=spark).run()
+    return [e for f in event_files(tmp_path / "events") for e in read_events(f)]
+
+
+@pytest.mark.parametrize("file_format", ["json", "avro"])
+def test_mysql_changes_land_as_events_with_mysql_metadata_and_a_replica(
+    spark: Any,
+    tmp_path: Path,
+    mariadb_server: MariaDbServer,  # noqa: F811
+    file_format: str,
+) -> None:
+    database = f"pipeline_{file_format}"
+    dsn = mariadb_server.create_database(database)
+    mariadb_server.sql(
+        [
+            "CREATE TABLE accounts (id bigint PRIMARY KEY, owner text, balance decimal(12,2))",
+            "INSERT INTO accounts VALUES (1, 'ana', 10.50), (2, 'bo', 3.00)",
+        ],
+        database,
+    )
+    path = str(tmp_path / "bank.db")
+    with changestream.open(path) as db:
+        add_source(db, "Bank", mysql=dsn)
+
+    def write() -> None:
+        conn = mariadb_server.connect(database)
+        try:
+            conn.begin()
+            with conn.cursor() as cur:
+                cur.execute("INSERT INTO accounts VALUES (3, 'cy', 7.25)")
+                cur.execute("UPDATE accounts SET balance = 11.00 WHERE id = 1")
+                cur.execute("DELETE FROM accounts WHERE id = 2")
+            conn.commit()
+        finally:
+            conn.close()
+
+    events = _land(spark, tmp_path, path, "Bank", file_format, write)
+    backfill = [e for e in events if e["read_method"] == "mysql-backfill"]
+    cdc = sorted(
+        (e for e in events if e["read_method"] == "mysql-cdc-binlog"), key=lambda e: e["sort_keys"]
+    )
+    assert len(backfill) + len(cdc) == len(events)
+    assert {e["payload"]["id"] for e in backfill} == {1, 2}
+    assert [(e["source_metadata"]["change_type"], e["payload"]["id"]) for e in cdc] == [
+        ("INSERT", 3),
+        ("UPDATE", 1),
+        ("DELETE", 2),
+    ]
+    for event in events:
+        metadata = event["source_metadata"]
+        assert list(metadata) == MYSQL_METADATA
+        assert (metadata["database"], metadata["table"]) == (database, "accounts")
+        assert metadata["primary_keys"] == ["id"]
+    ((log_file, log_position),) = {
+        (e["source_metadata"]["log_file"], e["source_metadata"]["log_position"]) for e in cdc
+    }
+    assert log_file.startswith("binlog.") and log_position > 4
+    assert all(e["source_metadata"]["log_file"] is None for e in backfill)
+    assert cdc[2]["source_metadata"]["is_deleted"] is True
+
+    with changestream.open(path) as db:
+        schema = next(t for t in db.tables() if t.name == f"{database}_accounts")
+    replica = DeltaReplica(tmp_path / "replica", "bank", schema).read_rows()
+    assert sorted(replica) == [
+        (1, "ana", decimal.Decimal("11.00")),
+        (3, "cy", decimal.Decimal("7.25")),
+    ]

@@ -22,16 +22,15 @@ from click.testing import CliRunner
 
 import changestream
 from changestream.cli import main
-from changestream.clock import now_us
 from changestream.errors import AlreadyExists, FailedPrecondition, NotFound, Unavailable
 from changestream.sources import add_source, describe_source, list_sources, run_source
-from changestream.streams.origins import source_of_tag
 from tests.postgres_support import (  # noqa: F401
     PostgresServer,
     postgres_server,
     start_server,
     stop_server,
 )
+from tests.source_support import Writer, captured_transactions, wait_until_streaming
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -99,20 +98,6 @@ def _mirror_rows(db: changestream.EmbeddedDatabase, table: str, columns: list[st
     return [tuple(_plain(v) for v in row) for row in result]
 
 
-def _captured_xids(db: changestream.EmbeddedDatabase, stream: str) -> list[str]:
-    """The source transaction id of each changestream transaction of ``stream``, in commit
-    order (one entry per transaction, however many records it made)."""
-    seen: dict[str, int] = {}
-    start = min(p.start_timestamp for p in db.partition_history(stream))
-    for partition in changestream.walk_partitions(db, stream, start, now_us()):
-        for record in changestream.data_changes(partition.records()):
-            origin = source_of_tag(record.transaction_tag)
-            assert origin is not None, record.transaction_tag
-            xid = origin[0]
-            seen.setdefault(xid, record.commit_timestamp)
-    return sorted(seen, key=lambda x: seen[x])
-
-
 def test_types_are_mirrored_with_their_values(source_dsn: str, db: Any) -> None:
     _execute(
         source_dsn,
@@ -143,7 +128,7 @@ def test_types_are_mirrored_with_their_values(source_dsn: str, db: Any) -> None:
     assert list(rows[1]) == [2, "bo", None, None, None, None, None, None, None]
     (stream,) = db.change_streams()
     assert (stream.name, stream.value_capture_type) == ("Bank", "NEW_ROW_AND_OLD_VALUES")
-    assert _captured_xids(db, "Bank") == []  # the copy is the starting state, not changes
+    assert captured_transactions(db, "Bank") == []  # the copy is the starting state, not changes
 
 
 def _workload(
@@ -188,26 +173,6 @@ def _workload(
         conn.close()
 
 
-class Writer(threading.Thread):
-    """:func:`_workload` in a thread; ``join()`` re-raises what stopped it."""
-
-    def __init__(self, *args: Any) -> None:
-        super().__init__()
-        self._args = args
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        try:
-            _workload(*self._args)
-        except BaseException as exc:
-            self.error = exc
-
-    def join(self, timeout: float | None = None) -> None:
-        super().join(timeout)
-        if self.error is not None:
-            raise self.error
-
-
 def test_a_random_workload_leaves_the_mirror_equal_and_each_transaction_once(
     source_dsn: str, db: Any
 ) -> None:
@@ -220,7 +185,7 @@ def test_a_random_workload_leaves_the_mirror_equal_and_each_transaction_once(
     runner = threading.Thread(target=run_source, args=(db, "Bank"), kwargs={"stop": stop})
     runner.start()
     try:
-        _wait_until_streaming(db, "Bank")  # commits before it are in the copy, not the stream
+        wait_until_streaming(db, "Bank")  # commits before it are in the copy, not the stream
         _workload(source_dsn, seed=7, transactions=120, alter_at=60)
     finally:
         stop.set()
@@ -231,7 +196,7 @@ def test_a_random_workload_leaves_the_mirror_equal_and_each_transaction_once(
     assert _mirror_rows(db, "public_accounts", columns) == _source_rows(
         source_dsn, "accounts", columns
     )
-    xids = _captured_xids(db, "Bank")
+    xids = captured_transactions(db, "Bank")
     assert len(xids) == len(set(xids)) == 120
     assert [int(x) for x in xids] == sorted(int(x) for x in xids)
 
@@ -243,7 +208,7 @@ def test_a_connector_killed_again_and_again_loses_and_repeats_nothing(
     with changestream.open(path) as db:
         add_source(db, "Bank", postgres=source_dsn)
         run_source(db, "Bank", until_caught_up=True)  # the copy: later commits are changes
-    writer = Writer(source_dsn, 3, 400, None, 0.03)
+    writer = Writer(_workload, source_dsn, 3, 400, None, 0.03)
     writer.start()
     rng = random.Random(5)
     kills = 0
@@ -267,16 +232,9 @@ def test_a_connector_killed_again_and_again_loses_and_repeats_nothing(
         assert _mirror_rows(db, "public_accounts", columns) == _source_rows(
             source_dsn, "accounts", columns
         )
-        xids = _captured_xids(db, "Bank")
+        xids = captured_transactions(db, "Bank")
     assert kills >= 20
     assert len(xids) == len(set(xids)) == 400
-
-
-def _wait_until_streaming(db: changestream.EmbeddedDatabase, name: str) -> None:
-    deadline = time.monotonic() + 60
-    while describe_source(db, name)["state"] != "streaming":
-        assert time.monotonic() < deadline, f"source {name} did not finish its copy in 60 s"
-        time.sleep(0.05)
 
 
 def _wait_for_slot_release(dsn: str) -> None:
@@ -325,7 +283,7 @@ def test_a_second_connector_of_a_running_source_is_refused(source_dsn: str, db: 
     runner = threading.Thread(target=run_source, args=(db, "Bank"), kwargs={"stop": stop})
     runner.start()
     try:
-        _wait_until_streaming(db, "Bank")
+        wait_until_streaming(db, "Bank")
         time.sleep(0.5)
         with pytest.raises(FailedPrecondition, match="in use by another connector"):
             run_source(db, "Bank", until_caught_up=True)
@@ -377,7 +335,7 @@ def test_the_initial_copy_under_concurrent_writes_leaves_no_gap(source_dsn: str,
         "INSERT INTO accounts (id, owner) SELECT g, 'seed' FROM generate_series(1, 20000) g",
     )
     add_source(db, "Bank", postgres=source_dsn)
-    writer = Writer(source_dsn, 11, 150, None, 0.005)
+    writer = Writer(_workload, source_dsn, 11, 150, None, 0.005)
     writer.start()  # commits land before, during and after the copy's snapshot
     summary = run_source(db, "Bank", until_caught_up=True)
     writer.join()
@@ -386,7 +344,7 @@ def test_the_initial_copy_under_concurrent_writes_leaves_no_gap(source_dsn: str,
     assert _mirror_rows(db, "public_accounts", columns) == _source_rows(
         source_dsn, "accounts", columns
     )
-    xids = _captured_xids(db, "Bank")
+    xids = captured_transactions(db, "Bank")
     assert len(xids) == len(set(xids)) <= 150  # those before the slot's snapshot: in the copy
     assert summary.copied_rows >= 20000
 
@@ -444,7 +402,7 @@ def test_a_connection_lost_while_running_ends_the_run_with_a_clear_error(
 
     runner = threading.Thread(target=run)
     runner.start()
-    _wait_until_streaming(db, "Bank")
+    wait_until_streaming(db, "Bank")
     _execute(
         source_dsn,
         "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory'",
@@ -454,3 +412,23 @@ def test_a_connection_lost_while_running_ends_the_run_with_a_clear_error(
     (failure,) = failures
     assert isinstance(failure, Unavailable)
     assert "source Bank: the server failed" in str(failure)
+
+
+def test_columns_dropped_and_added_in_the_source_are_followed(source_dsn: str, db: Any) -> None:
+    _execute(source_dsn, "INSERT INTO accounts (id, owner, blob) VALUES (1, 'ana', '\\x01')")
+    add_source(db, "Bank", postgres=source_dsn)
+    run_source(db, "Bank", until_caught_up=True)
+    _execute(
+        source_dsn,
+        "ALTER TABLE accounts DROP COLUMN blob",
+        "ALTER TABLE accounts ADD COLUMN note text",
+        "INSERT INTO accounts (id, owner, note) VALUES (2, 'bo', 'new')",
+    )
+    run_source(db, "Bank", until_caught_up=True)
+    (mirror,) = [t for t in db.tables() if t.name == "public_accounts"]
+    names = [c.name for c in mirror.columns]
+    assert "blob" not in names and names[-1] == "note"
+    columns = ["id", "owner", "note"]
+    assert _mirror_rows(db, "public_accounts", columns) == _source_rows(
+        source_dsn, "accounts", columns
+    )

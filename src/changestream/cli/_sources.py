@@ -1,4 +1,4 @@
-"""``changestream sources``: PostgreSQL databases as change sources."""
+"""``changestream sources``: PostgreSQL and MySQL / MariaDB databases as change sources."""
 
 from __future__ import annotations
 
@@ -30,7 +30,8 @@ _DB_HELP = "The changestream database file the source feeds (created if missing 
 
 @click.group()
 def sources() -> None:
-    """Capture changes from a PostgreSQL database into mirror tables and a change stream."""
+    """Capture changes from PostgreSQL or MySQL / MariaDB into mirror tables and a change
+    stream."""
 
 
 @contextmanager
@@ -46,22 +47,46 @@ def _local(path: str, create: bool = False) -> Iterator[changestream.EmbeddedDat
 @sources.command("add")
 @click.argument("name")
 @click.option("--db", "db_path", required=True, metavar="PATH", help=_DB_HELP)
-@click.option("--postgres", required=True, metavar="DSN", help="libpq connection string.")
-@click.option("--tables", metavar="S.T,...", help="Tables to capture (default: all of public).")
-@click.option("--slot", help="Replication slot name (default: changestream_<name>).")
-@click.option("--publication", help="Publication name (default: changestream_<name>).")
+@click.option("--postgres", metavar="DSN", help="A PostgreSQL source: libpq connection string.")
+@click.option(
+    "--mysql",
+    metavar="DSN",
+    help="A MySQL / MariaDB source: mysql://user:password@host:port/database "
+    "(?unix_socket=PATH for a local socket).",
+)
+@click.option(
+    "--tables",
+    metavar="S.T,...",
+    help="Tables to capture (default: all of schema public, or of the MySQL DSN's database).",
+)
+@click.option("--slot", help="PostgreSQL: replication slot name (default: changestream_<name>).")
+@click.option("--publication", help="PostgreSQL: publication name (default: changestream_<name>).")
+@click.option(
+    "--server-id",
+    type=int,
+    help="MySQL: the replica server id the connector reads the binlog as (default: from NAME).",
+)
 def add(
     name: str,
     db_path: str,
-    postgres: str,
+    postgres: str | None,
+    mysql: str | None,
     tables: str | None,
     slot: str | None,
     publication: str | None,
+    server_id: int | None,
 ) -> None:
     """Add source NAME: mirror tables <schema>_<table> and change stream NAME in --db."""
     with _local(db_path, create=True) as db:
         definition = add_source(
-            db, name, postgres=postgres, tables=tables, slot=slot, publication=publication
+            db,
+            name,
+            postgres=postgres,
+            mysql=mysql,
+            tables=tables,
+            slot=slot,
+            publication=publication,
+            server_id=server_id,
         )
     mirrors = ", ".join(definition.mirror(t) for t in definition.tables)
     click.echo(f"source {name} added: {mirrors}; run it with `changestream sources run {name}`")
@@ -89,7 +114,7 @@ def describe(name: str, db_path: str) -> None:
 @click.argument("name")
 @click.option("--db", "db_path", required=True, metavar="PATH", help=_DB_HELP)
 def remove(name: str, db_path: str) -> None:
-    """Forget source NAME and drop its slot and publication (mirror tables stay)."""
+    """Forget source NAME and drop its PostgreSQL slot and publication (mirror tables stay)."""
     with _local(db_path) as db:
         remove_source(db, name)
     click.echo(f"source {name} removed")

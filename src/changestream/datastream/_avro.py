@@ -114,6 +114,19 @@ _SOURCE_METADATA: dict[str, dict[str, Any]] = {
             {"name": "primary_keys", "type": {"type": "array", "items": "string"}},
         ],
     },
+    "mysql": {
+        "type": "record",
+        "name": "MysqlSourceMetadata",
+        "fields": [
+            {"name": "database", "type": "string"},
+            {"name": "table", "type": "string"},
+            {"name": "is_deleted", "type": "boolean"},
+            {"name": "change_type", "type": "string"},
+            {"name": "log_file", "type": ["null", "string"]},
+            {"name": "log_position", "type": ["null", "long"]},
+            {"name": "primary_keys", "type": {"type": "array", "items": "string"}},
+        ],
+    },
 }
 
 

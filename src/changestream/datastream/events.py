@@ -52,7 +52,10 @@ from changestream.streams.records import DataChangeRecord
 CDC_READ_METHOD: Final = "changestream-cdc"
 BACKFILL_READ_METHOD: Final = "changestream-backfill"
 #: The read methods of the tables a source database feeds, by the source's kind.
-SOURCE_READ_METHODS: Final = {"postgresql": ("postgresql-cdc-wal", "postgresql-backfill")}
+SOURCE_READ_METHODS: Final = {
+    "postgresql": ("postgresql-cdc-wal", "postgresql-backfill"),
+    "mysql": ("mysql-cdc-binlog", "mysql-backfill"),
+}
 #: The ``source_metadata`` of each kind of source (the seed's names, in its order).
 SOURCE_METADATA_FIELDS: Final = {
     "changestream": (
@@ -67,6 +70,15 @@ SOURCE_METADATA_FIELDS: Final = {
         "primary_keys",
     ),
     "postgresql": ("schema", "table", "is_deleted", "change_type", "tx_id", "lsn", "primary_keys"),
+    "mysql": (
+        "database",
+        "table",
+        "is_deleted",
+        "change_type",
+        "log_file",
+        "log_position",
+        "primary_keys",
+    ),
 }
 CHANGE_TYPES: Final = ("INSERT", "UPDATE", "DELETE")
 #: ``sort_keys[1]`` of backfill and CDC events.
@@ -112,7 +124,8 @@ class SourceMetadata:
     #: For a table a source database feeds: that table, whose metadata the event carries
     #: instead (the source's schema, table, transaction id and ``lsn``).
     origin: TableOrigin | None = None
-    #: The source's position of the change (PostgreSQL's LSN); None for backfill events.
+    #: The source's position of the change (PostgreSQL's LSN, MySQL's ``file:offset``); None
+    #: for backfill events.
     lsn: str | None = None
 
     @property
@@ -122,6 +135,17 @@ class SourceMetadata:
 
     def to_json_dict(self) -> dict[str, Any]:
         """The JSON form (``commit_timestamp`` as RFC 3339 with microseconds)."""
+        if self.origin is not None and self.origin.kind == "mysql":
+            log_file, _, offset = (self.lsn or "").rpartition(":")
+            return {
+                "database": self.origin.schema,
+                "table": self.origin.table,
+                "is_deleted": self.is_deleted,
+                "change_type": self.change_type,
+                "log_file": log_file or None,
+                "log_position": int(offset) if offset else None,
+                "primary_keys": list(self.primary_keys),
+            }
         if self.origin is not None:
             return {
                 "schema": self.origin.schema,

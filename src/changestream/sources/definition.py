@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from changestream.errors import InvalidArgument
+from changestream.types import ColumnType
 
 #: The system document kinds: one definition and one position per source.
 DEFINITION_KIND = "source"
@@ -20,15 +21,18 @@ _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,62}\Z")
 class SourceDefinition:
     """What ``sources add`` recorded: where to read, which tables, and how they are mirrored.
 
-    ``tables`` are ``schema.table`` names; each is mirrored as ``<schema>_<table>``, and the
-    change stream ``name`` covers the mirrors."""
+    ``kind`` is ``postgres`` or ``mysql``. ``tables`` are ``schema.table`` names (MySQL:
+    ``database.table``); each is mirrored as ``<schema>_<table>``, and the change stream
+    ``name`` covers the mirrors. ``slot`` and ``publication`` are PostgreSQL's, ``server_id``
+    the replica id a MySQL connector reads the binlog as."""
 
     name: str
     kind: str
     dsn: str
     tables: tuple[str, ...]
-    slot: str
-    publication: str
+    slot: str = ""
+    publication: str = ""
+    server_id: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "tables": list(self.tables)}
@@ -44,20 +48,45 @@ class SourceDefinition:
 
 
 @dataclass(frozen=True, slots=True)
+class MirroredTable:
+    """A source table, the mirror it gets, and its columns' mirrored types."""
+
+    source: str
+    mirror: str
+    columns: tuple[str, ...]
+    types: tuple[ColumnType, ...]
+    primary_key: tuple[str, ...]
+
+    def ddl(self) -> str:
+        columns = ", ".join(
+            f"{name} {ctype}{' NOT NULL' if name in self.primary_key else ''}"
+            for name, ctype in zip(self.columns, self.types, strict=True)
+        )
+        return f"CREATE TABLE {self.mirror} ({columns}) PRIMARY KEY ({', '.join(self.primary_key)})"
+
+
+@dataclass(frozen=True, slots=True)
 class SourcePosition:
     """How far a source has got: ``copying`` until its initial copy is whole, then
     ``streaming`` from ``lsn`` (every source transaction that ended at or before it is in
-    the change log)."""
+    the change log). For MySQL, ``lsn`` is the offset in binlog file ``log_file``."""
 
     state: str
     lsn: int
+    log_file: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"state": self.state, "lsn": self.lsn}
+        body: dict[str, Any] = {"state": self.state, "lsn": self.lsn}
+        if self.log_file is not None:
+            body["log_file"] = self.log_file
+        return body
 
     @staticmethod
     def from_json(body: dict[str, Any]) -> SourcePosition:
-        return SourcePosition(str(body["state"]), int(body["lsn"]))
+        log_file = body.get("log_file")
+        return SourcePosition(
+            str(body["state"]), int(body["lsn"]), None if log_file is None else str(log_file)
+        )
 
 
 def check_name(name: str, what: str) -> str:
@@ -71,15 +100,18 @@ def check_name(name: str, what: str) -> str:
     return name
 
 
-def table_names(tables: Sequence[str] | str | None) -> tuple[str, ...] | None:
-    """``schema.table`` names (a bare ``table`` is in ``public``), or None for every table."""
+def table_names(
+    tables: Sequence[str] | str | None, default_schema: str = "public"
+) -> tuple[str, ...] | None:
+    """``schema.table`` names (a bare ``table`` is in ``default_schema``), or None for every
+    table."""
     if tables is None:
         return None
     items = tables.split(",") if isinstance(tables, str) else list(tables)
     names: list[str] = []
     for item in (i.strip() for i in items):
         schema, dot, table = item.rpartition(".")
-        schema = schema if dot else "public"
+        schema = schema if dot else default_schema
         check_name(schema, "a schema name")
         check_name(table, "a table name")
         names.append(f"{schema}.{table}")

@@ -6,11 +6,11 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any, cast
 
 from changestream.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from changestream.retry import retrying
+from changestream.sources.definition import MirroredTable
 from changestream.sources.pg_types import PgColumn, column_type
 from changestream.sources.pgoutput import lsn_text
 from changestream.types import ColumnType
@@ -92,24 +92,6 @@ def check_server(conn: Any) -> None:
             )
 
 
-@dataclass(frozen=True, slots=True)
-class MirroredTable:
-    """A source table, the mirror it gets, and how its text values become Python values."""
-
-    source: str
-    mirror: str
-    columns: tuple[str, ...]
-    types: tuple[ColumnType, ...]
-    primary_key: tuple[str, ...]
-
-    def ddl(self) -> str:
-        columns = ", ".join(
-            f"{name} {ctype}{' NOT NULL' if name in self.primary_key else ''}"
-            for name, ctype in zip(self.columns, self.types, strict=True)
-        )
-        return f"CREATE TABLE {self.mirror} ({columns}) PRIMARY KEY ({', '.join(self.primary_key)})"
-
-
 def all_tables(conn: Any) -> tuple[str, ...]:
     """Every ordinary table of the ``public`` schema, as ``public.table``."""
     with conn.cursor() as cur:
@@ -143,7 +125,8 @@ def describe(conn: Any, table: str, mirror: str) -> MirroredTable:
             "FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid "
             "LEFT JOIN pg_type e ON e.oid = t.typelem "
             "LEFT JOIN pg_index i ON i.indrelid = a.attrelid AND i.indisprimary "
-            "WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
+            "WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = '' "
+            "ORDER BY a.attnum",
             (oid,),
         )
         rows = cur.fetchall()

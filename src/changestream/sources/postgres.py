@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from changestream.errors import Unavailable
 from changestream.sources import pg_catalog
-from changestream.sources.definition import SourceDefinition, SourcePosition
-from changestream.sources.mirror import Change, Mirror, SourceTransaction
+from changestream.sources.definition import MirroredTable, SourceDefinition, SourcePosition
+from changestream.sources.mirror import Mirror, RowChange, SourceTransaction
 from changestream.sources.pg_catalog import MARKER_PREFIX
+from changestream.sources.pg_rows import RowShapes
+from changestream.sources.pg_types import parser
 from changestream.sources.pgoutput import (
     Begin,
     Commit,
@@ -30,6 +30,7 @@ from changestream.sources.pgoutput import (
     lsn_text,
     parse_lsn,
 )
+from changestream.sources.summary import Progress, RunSummary
 
 if TYPE_CHECKING:
     from changestream.embedded import EmbeddedDatabase
@@ -42,19 +43,6 @@ COPY_CHUNK_ROWS = 5_000
 POLL_S = 0.02
 #: Changes read from the slot at a time (whole transactions: a read ends at a commit).
 PEEK_CHANGES = 10_000
-
-
-@dataclass(slots=True)
-class RunSummary:
-    """What one run of a source did."""
-
-    copied_rows: int = 0
-    transactions: int = 0
-    skipped_transactions: int = 0
-    lsn: int = 0
-
-
-Progress = Callable[[RunSummary], None]
 
 
 class PostgresConnector:
@@ -72,6 +60,7 @@ class PostgresConnector:
         self._position = position
         self._progress = progress or (lambda summary: None)
         self._mirror = Mirror(db, definition)
+        self._shapes = RowShapes()
         self.summary = RunSummary(lsn=0 if position is None else position.lsn)
 
     def run(self, stop: threading.Event, until_caught_up: bool = False) -> RunSummary:
@@ -89,10 +78,13 @@ class PostgresConnector:
             conn.autocommit = True
             pg_catalog.check_server(conn)
             pg_catalog.lock_source(conn, definition.slot)
-            for table in definition.tables:
-                self._mirror.add_table(pg_catalog.describe(conn, table, definition.mirror(table)))
+            described = [
+                pg_catalog.describe(conn, t, definition.mirror(t)) for t in definition.tables
+            ]
+            for table in described:
+                self._mirror.add_table(table)
             copied = self._position is not None and self._position.state == "streaming"
-            if not copied and not self._copy(conn, stop):
+            if not copied and not self._copy(conn, described, stop):
                 return self.summary  # stopped mid-copy: the next run copies again
             marker = pg_catalog.emit_marker(conn) if until_caught_up else None
             self._follow(conn, stop, marker)
@@ -100,10 +92,12 @@ class PostgresConnector:
 
     # -- the initial copy ----------------------------------------------------------------
 
-    def _copy(self, conn: Any, stop: threading.Event) -> bool:
+    def _copy(self, conn: Any, described: list[MirroredTable], stop: threading.Event) -> bool:
         """Copy every table from a new slot's snapshot; False when ``stop`` cut it short."""
         definition = self._definition
         self._mirror.save_position(SourcePosition("copying", 0))
+        for table in described:
+            self._mirror.reshape(table)
         self._mirror.clear()
         pg_catalog.drop_slot(conn, definition.slot)
         replication = pg_catalog.connect(definition.dsn, replication=True)
@@ -132,6 +126,7 @@ class PostgresConnector:
 
     def _copy_table(self, snap: Any, table: str, stop: threading.Event) -> bool:
         mirrored = self._mirror.table(table)
+        parsers = [parser(t) for t in mirrored.types]
         columns = ", ".join(f'"{c}"::text' for c in mirrored.columns)
         schema, _, name = table.partition(".")
         with snap.cursor(name=f"copy_{mirrored.mirror}") as cur:
@@ -140,7 +135,11 @@ class PostgresConnector:
             while rows := cur.fetchmany(COPY_CHUNK_ROWS):
                 if stop.is_set():
                     return False
-                self._mirror.copy_rows(table, rows)
+                values = [
+                    [None if v is None else p(v) for p, v in zip(parsers, row, strict=True)]
+                    for row in rows
+                ]
+                self._mirror.copy_rows(table, mirrored.columns, values)
                 self.summary.copied_rows += len(rows)
                 self._progress(self.summary)
         return True
@@ -160,7 +159,7 @@ class PostgresConnector:
         assert self._position is not None
         applied = self._position.lsn
         begin: Begin | None = None
-        changes: list[Change] = []
+        changes: list[RowChange] = []
         with conn.cursor() as cur:
             while not stop.is_set():
                 cur.execute(
@@ -182,9 +181,13 @@ class PostgresConnector:
                         if decoded.end_lsn <= applied:
                             self.summary.skipped_transactions += 1
                         else:
+                            end = SourcePosition("streaming", decoded.end_lsn)
                             self._apply(
                                 SourceTransaction(
-                                    begin.xid, decoded.commit_lsn, decoded.end_lsn, tuple(changes)
+                                    str(begin.xid),
+                                    lsn_text(decoded.commit_lsn),
+                                    end,
+                                    tuple(changes),
                                 )
                             )
                             applied = decoded.end_lsn
@@ -196,26 +199,26 @@ class PostgresConnector:
                             decoded.prefix == MARKER_PREFIX and decoded.content == marker
                         )
                     elif decoded is not None:
-                        changes.append(decoded)
+                        changes.extend(self._shapes.changes(decoded))
                 pg_catalog.advance_slot(conn, definition.slot, applied)
                 if marked:
                     return
 
     def _apply(self, transaction: SourceTransaction) -> None:
-        if transaction.changes:
-            self._mirror.apply(transaction)
-        else:
-            self._mirror.save_position(SourcePosition("streaming", transaction.end_lsn))
+        self._mirror.apply(transaction)
         self.summary.transactions += 1
-        self.summary.lsn = transaction.end_lsn
+        self.summary.lsn = transaction.end.lsn
         self._progress(self.summary)
-        log.debug(
-            "source transaction %s applied (%s)", transaction.xid, lsn_text(transaction.end_lsn)
-        )
+        log.debug("source transaction %s applied (%s)", transaction.tx_id, transaction.position)
 
     def _follow_shape(self, conn: Any, relation: Relation) -> None:
-        table = self._mirror.relation(relation)
-        for column in relation.columns:
-            if column.name not in table.columns:
-                ctype = pg_catalog.type_of(conn, column.type_oid, column.name, table.source)
-                self._mirror.add_column(table.source, column.name, ctype)
+        """Follow the columns the source now sends for a table: the mirror gains and loses
+        the same ones."""
+        source = f"{relation.schema}.{relation.table}"
+        oids = {c.name: c.type_oid for c in relation.columns}
+        self._mirror.follow_columns(
+            source,
+            [c.name for c in relation.columns],
+            lambda name: pg_catalog.type_of(conn, oids[name], name, source),
+        )
+        self._shapes.relation(relation, self._mirror.table(source))

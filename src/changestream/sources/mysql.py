@@ -1,0 +1,279 @@
+"""The MySQL / MariaDB connector: an initial copy from a consistent snapshot at a known binlog
+position, then the row-based binlog from there, one changestream transaction per source
+transaction.
+
+The binlog is read with python-mysql-replication as a replica would (``server_id`` of the
+definition). The position after each transaction (binlog file and offset) is written with
+its changes, and reading resumes there, so a connector killed at any moment neither loses
+nor repeats a change. A copy cut short starts again. A lost connection ends the run with
+:class:`~changestream.errors.Unavailable`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from changestream.errors import NotFound, Unavailable
+from changestream.sources import mysql_catalog
+from changestream.sources.definition import MirroredTable, SourceDefinition, SourcePosition
+from changestream.sources.mirror import Mirror, RowChange, SourceTransaction
+from changestream.sources.mysql_types import (
+    Convert,
+    MySqlColumn,
+    binlog_column,
+    column_type,
+    converter,
+)
+from changestream.sources.summary import Progress, RunSummary
+
+if TYPE_CHECKING:
+    from changestream.embedded import EmbeddedDatabase
+
+log = logging.getLogger(__name__)
+
+#: Rows per transaction of the initial copy.
+COPY_CHUNK_ROWS = 5_000
+#: How often an idle server sends a heartbeat, so a stop request is seen (seconds).
+HEARTBEAT_S = 0.5
+
+
+class MySqlConnector:
+    """Keeps the mirror tables of one MySQL or MariaDB source up to date."""
+
+    def __init__(
+        self,
+        db: EmbeddedDatabase,
+        definition: SourceDefinition,
+        position: SourcePosition | None,
+        progress: Progress | None = None,
+    ) -> None:
+        self._db = db
+        self._definition = definition
+        self._position = position
+        self._progress = progress or (lambda summary: None)
+        self._mirror = Mirror(db, definition)
+        self._columns: dict[str, dict[str, Convert]] = {}
+        self.summary = RunSummary(lsn=0 if position is None else position.lsn)
+
+    def run(self, stop: threading.Event, until_caught_up: bool = False) -> RunSummary:
+        """Copy (when not done yet), then follow the binlog until ``stop`` is set or, with
+        ``until_caught_up``, until every source commit made before the call is here."""
+        try:
+            return self._run(stop, until_caught_up)
+        except mysql_catalog.server_error() as exc:
+            name, reason = self._definition.name, mysql_catalog.reason(exc)
+            raise Unavailable(f"source {name}: the server failed: {reason}") from exc
+
+    def _run(self, stop: threading.Event, until_caught_up: bool) -> RunSummary:
+        definition = self._definition
+        with mysql_catalog.session(definition.dsn) as conn:
+            mysql_catalog.check_server(conn)
+            mysql_catalog.lock_source(conn, definition.name)
+            described = [
+                mysql_catalog.describe(conn, t, definition.mirror(t)) for t in definition.tables
+            ]
+            for table in described:
+                self._mirror.add_table(table)
+                self._learn(table.source, mysql_catalog.columns(conn, table.source))
+            copied = self._position is not None and self._position.state == "streaming"
+            if not copied and not self._copy(described, stop):
+                return self.summary  # stopped mid-copy: the next run copies again
+            target = mysql_catalog.binlog_position(conn) if until_caught_up else None
+            self._follow(conn, stop, target)
+        return self.summary
+
+    def _learn(self, table: str, columns: list[MySqlColumn]) -> None:
+        self._columns[table] = {c.name: converter(c) for c in columns}
+
+    # -- the initial copy ----------------------------------------------------------------
+
+    def _copy(self, described: list[MirroredTable], stop: threading.Event) -> bool:
+        """Copy every table from one consistent snapshot; False when ``stop`` cut it short."""
+        self._mirror.save_position(SourcePosition("copying", 0))
+        for table in described:
+            self._mirror.reshape(table)
+        self._mirror.clear()
+        with mysql_catalog.session(self._definition.dsn) as snap:
+            log_file, offset = mysql_catalog.start_snapshot(snap)
+            whole = all(self._copy_table(snap, t, stop) for t in self._definition.tables)
+            snap.rollback()
+        if not whole:
+            return False
+        self._position = SourcePosition("streaming", offset, log_file)
+        self._mirror.save_position(self._position)
+        self.summary.lsn = offset
+        return True
+
+    def _copy_table(self, snap: Any, table: str, stop: threading.Event) -> bool:
+        import pymysql.cursors  # type: ignore[import-untyped]
+
+        converters = self._columns[table]
+        names = tuple(converters)
+        convert = [converters[n] for n in names]
+        database, _, name = table.partition(".")
+        listed = ", ".join(f"`{n}`" for n in names)
+        with snap.cursor(pymysql.cursors.SSCursor) as cur:
+            cur.execute(f"SELECT {listed} FROM `{database}`.`{name}`")
+            while rows := cur.fetchmany(COPY_CHUNK_ROWS):
+                if stop.is_set():
+                    return False
+                values = [
+                    [None if v is None else c(v) for c, v in zip(convert, row, strict=True)]
+                    for row in rows
+                ]
+                self._mirror.copy_rows(table, names, values)
+                self.summary.copied_rows += len(rows)
+                self._progress(self.summary)
+        return True
+
+    # -- following the binlog ------------------------------------------------------------
+
+    def _follow(self, conn: Any, stop: threading.Event, target: tuple[str, int] | None) -> None:
+        """Apply the binlog's transactions until ``stop`` or, given a ``target`` position,
+        until everything before it is applied."""
+        from pymysqlreplication import BinLogStreamReader  # type: ignore[import-untyped]
+        from pymysqlreplication.event import (  # type: ignore[import-untyped]
+            GtidEvent,
+            HeartbeatLogEvent,
+            MariadbGtidEvent,
+            QueryEvent,
+            RotateEvent,
+            XidEvent,
+        )
+        from pymysqlreplication.row_event import (  # type: ignore[import-untyped]
+            DeleteRowsEvent,
+            UpdateRowsEvent,
+            WriteRowsEvent,
+        )
+
+        definition = self._definition
+        assert self._position is not None and self._position.log_file is not None
+        if target is not None and target <= (self._position.log_file, self._position.lsn):
+            return
+        settings = mysql_catalog.connect_args(definition.dsn)
+        reader = BinLogStreamReader(
+            connection_settings=settings,
+            server_id=definition.server_id,
+            resume_stream=True,
+            log_file=self._position.log_file,
+            log_pos=self._position.lsn,
+            blocking=True,
+            slave_heartbeat=HEARTBEAT_S,
+            only_schemas=sorted({t.partition(".")[0] for t in definition.tables}),
+            only_events=[
+                WriteRowsEvent,
+                UpdateRowsEvent,
+                DeleteRowsEvent,
+                XidEvent,
+                QueryEvent,
+                GtidEvent,
+                MariadbGtidEvent,
+                RotateEvent,
+                HeartbeatLogEvent,
+            ],
+        )
+        tx_id: str | None = None
+        changes: list[RowChange] = []
+        pinged = time.monotonic()
+        try:
+            while not stop.is_set():
+                event = reader.fetchone()
+                if time.monotonic() - pinged >= HEARTBEAT_S:
+                    # The reader reconnects on its own; the session holding the source's lock
+                    # must not be lost unseen, or a second connector could start.
+                    conn.ping(reconnect=False)
+                    pinged = time.monotonic()
+                if isinstance(event, (GtidEvent, MariadbGtidEvent)):
+                    tx_id, changes = str(event.gtid), []
+                elif isinstance(event, (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)):
+                    changes.extend(self._row_changes(conn, event))
+                elif isinstance(event, XidEvent) or (
+                    isinstance(event, QueryEvent) and _query(event) == "COMMIT"
+                ):
+                    end = SourcePosition("streaming", reader.log_pos, reader.log_file)
+                    self._apply(tx_id, end, changes)
+                    tx_id, changes = None, []
+                if (
+                    target is not None
+                    and not changes
+                    and (reader.log_file, reader.log_pos) >= target
+                ):
+                    return
+        finally:
+            reader.close()
+
+    def _apply(self, tx_id: str | None, end: SourcePosition, changes: list[RowChange]) -> None:
+        position = f"{end.log_file}:{end.lsn}"
+        self._mirror.apply(SourceTransaction(tx_id or position, position, end, tuple(changes)))
+        self.summary.transactions += 1
+        self.summary.lsn = end.lsn
+        self._progress(self.summary)
+        log.debug("source transaction %s applied (%s)", tx_id, position)
+
+    def _row_changes(self, conn: Any, event: Any) -> list[RowChange]:
+        from pymysqlreplication.row_event import (
+            DeleteRowsEvent,
+            UpdateRowsEvent,
+        )
+
+        source = f"{event.schema}.{event.table}"
+        if source not in self._columns:
+            return []  # a table of the same database that the source does not capture
+        names = tuple(str(c.name) for c in event.columns)
+        converters = self._columns[source]
+        if names != tuple(converters):
+            self._follow_columns(conn, source, list(event.columns))
+            converters = self._columns[source]
+        convert = [converters[n] for n in names]
+        key = self._mirror.table(source).primary_key
+
+        def row(values: dict[str, Any]) -> tuple[Any, ...]:
+            return tuple(
+                None if (v := values[n]) is None else c(v)
+                for n, c in zip(names, convert, strict=True)
+            )
+
+        def key_of(values: dict[str, Any]) -> tuple[Any, ...]:
+            return tuple(converters[k](values[k]) for k in key)
+
+        if isinstance(event, UpdateRowsEvent):
+            return [
+                RowChange(
+                    source, "update", names, row(r["after_values"]), key_of(r["before_values"])
+                )
+                for r in event.rows
+            ]
+        if isinstance(event, DeleteRowsEvent):
+            return [RowChange(source, "delete", old_key=key_of(r["values"])) for r in event.rows]
+        return [RowChange(source, "insert", names, row(r["values"])) for r in event.rows]
+
+    def _follow_columns(self, conn: Any, source: str, event_columns: list[Any]) -> None:
+        """The source's rows now carry ``event_columns``: the mirror gains and loses the same
+        columns. A column's type is the server catalog's while it has the column (it alone
+        knows a MariaDB JSON column), else the binlog's."""
+        try:
+            described = {c.name: c for c in mysql_catalog.columns(conn, source)}
+        except NotFound:
+            described = {}
+        columns = [described.get(str(c.name)) or _binlog_column(c) for c in event_columns]
+        types = {c.name: column_type(c, source) for c in columns}
+        self._mirror.follow_columns(source, list(types), types.__getitem__)
+        self._learn(source, columns)
+
+
+def _binlog_column(column: Any) -> MySqlColumn:
+    return binlog_column(
+        str(column.name),
+        int(column.type),
+        unsigned=bool(column.unsigned),
+        charset=column.character_set_name,
+        members=column.set_values or column.enum_values,
+    )
+
+
+def _query(event: Any) -> str:
+    query = event.query
+    return (query.decode() if isinstance(query, bytes) else str(query)).strip().upper()

@@ -1,0 +1,56 @@
+"""Helpers shared by the source tests: what a source's change stream holds, waiting for a
+source's copy, and a workload in a thread."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import changestream
+from changestream.clock import now_us
+from changestream.sources import describe_source
+from changestream.streams.origins import source_of_tag
+
+
+def captured_transactions(db: changestream.EmbeddedDatabase, stream: str) -> list[str]:
+    """The source transaction id of each changestream transaction of ``stream``, in commit
+    order (one entry per transaction, however many records it made)."""
+    seen: dict[str, int] = {}
+    start = min(p.start_timestamp for p in db.partition_history(stream))
+    for partition in changestream.walk_partitions(db, stream, start, now_us()):
+        for record in changestream.data_changes(partition.records()):
+            origin = source_of_tag(record.transaction_tag)
+            assert origin is not None, record.transaction_tag
+            seen.setdefault(origin[0], record.commit_timestamp)
+    return sorted(seen, key=lambda x: seen[x])
+
+
+def wait_until_streaming(db: changestream.EmbeddedDatabase, name: str) -> None:
+    """Until the source's initial copy is whole (60 s at most)."""
+    deadline = time.monotonic() + 60
+    while describe_source(db, name)["state"] != "streaming":
+        assert time.monotonic() < deadline, f"source {name} did not finish its copy in 60 s"
+        time.sleep(0.05)
+
+
+class Writer(threading.Thread):
+    """``work(*args)`` in a thread; ``join()`` re-raises what stopped it."""
+
+    def __init__(self, work: Callable[..., None], *args: Any) -> None:
+        super().__init__()
+        self._work = work
+        self._args = args
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self._work(*self._args)
+        except BaseException as exc:
+            self.error = exc
+
+    def join(self, timeout: float | None = None) -> None:
+        super().join(timeout)
+        if self.error is not None:
+            raise self.error

@@ -1,0 +1,400 @@
+"""MySQL / MariaDB as a change source, against a real MariaDB server: mirrors equal to their
+source tables, each source transaction once and in order in the change stream, columns added
+and dropped followed, restarts after SIGKILL that lose and repeat nothing, and clear errors
+for bad input."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+import changestream
+from changestream.cli import main
+from changestream.errors import AlreadyExists, FailedPrecondition, NotFound, Unavailable
+from changestream.sources import add_source, list_sources, run_source
+from tests.mariadb_support import (  # noqa: F401
+    MariaDbServer,
+    mariadb_server,
+    start_server,
+    stop_server,
+)
+from tests.source_support import Writer, captured_transactions, wait_until_streaming
+
+pytestmark = pytest.mark.timeout(300)
+
+pymysql = pytest.importorskip("pymysql")
+
+ACCOUNTS = (
+    "CREATE TABLE accounts (id bigint PRIMARY KEY, owner varchar(40) NOT NULL, "
+    "balance decimal(20,2), active tinyint(1), opened date, seen timestamp(6) NULL, "
+    "doc json, blob_value blob, kind enum('a','b'), flags set('x','y','z'), "
+    "ratio double, at_time time(3), big bigint unsigned, bits bit(5), born year)"
+)
+
+
+@pytest.fixture
+def source_dsn(mariadb_server: MariaDbServer, request: pytest.FixtureRequest) -> str:  # noqa: F811
+    name = "t_" + "".join(c for c in request.node.name.lower() if c.isalnum())[:40]
+    dsn = mariadb_server.create_database(name)
+    _execute(dsn, ACCOUNTS)
+    return dsn
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Iterator[changestream.EmbeddedDatabase]:
+    with changestream.open(str(tmp_path / "mirror.db")) as database:
+        yield database
+
+
+def _connect(dsn: str) -> Any:
+    from changestream.sources.mysql_catalog import connect_args
+
+    args = connect_args(dsn)
+    database = dsn.split("?")[0].rsplit("/", 1)[1]
+    return pymysql.connect(**args, database=database, init_command="SET time_zone = '+00:00'")
+
+
+def _execute(dsn: str, *statements: str) -> None:
+    """Run ``statements`` in one transaction (a DDL statement commits on its own)."""
+    conn = _connect(dsn)
+    try:
+        with conn.cursor() as cur:
+            for statement in statements:
+                cur.execute(statement)
+        conn.commit()
+    finally:
+        conn.close()
+
+
+def _source_rows(dsn: str, columns: list[str]) -> list[tuple[Any, ...]]:
+    conn = _connect(dsn)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f"SELECT {', '.join(columns)} FROM accounts ORDER BY id")
+            return [tuple(row) for row in cur.fetchall()]
+    finally:
+        conn.close()
+
+
+def _mirror_rows(db: changestream.EmbeddedDatabase, database: str, columns: list[str]) -> list[Any]:
+    result = db.execute_sql(f"SELECT {', '.join(columns)} FROM {database}_accounts ORDER BY id")
+    return [tuple(row) for row in result]
+
+
+def _database(dsn: str) -> str:
+    return dsn.split("?")[0].rsplit("/", 1)[1]
+
+
+def _in_order(transactions: list[str]) -> bool:
+    """MariaDB GTIDs (domain-server-sequence) in commit order."""
+    sequences = [int(t.rsplit("-", 1)[1]) for t in transactions]
+    return sequences == sorted(sequences)
+
+
+def test_types_are_mirrored_with_their_values_by_the_copy_and_the_binlog(
+    source_dsn: str, db: Any
+) -> None:
+    row = (
+        "'ana', 12.50, 1, '2024-02-29', '2024-03-01 08:00:00.123456', '{\"k\": [1, 2]}', "
+        "x'00ff', 'b', 'z,x', 1.25, '01:02:03.250', 18446744073709551615, b'10101', 2024"
+    )
+    _execute(source_dsn, f"INSERT INTO accounts VALUES (1, {row})")
+    _execute(source_dsn, "INSERT INTO accounts (id, owner) VALUES (2, 'bo')")
+    add_source(db, "Bank", mysql=source_dsn, tables="accounts")
+    assert run_source(db, "Bank", until_caught_up=True).copied_rows == 2
+    _execute(source_dsn, f"INSERT INTO accounts VALUES (3, {row})")  # through the binlog
+    _execute(source_dsn, "INSERT INTO accounts (id, owner) VALUES (4, 'bo')")
+    assert run_source(db, "Bank", until_caught_up=True).transactions == 2
+    columns = ["id", "owner", "balance", "active", "opened", "seen", "doc", "blob_value"]
+    columns += ["kind", "flags", "ratio", "at_time", "big", "bits", "born"]
+    rows = db.read(f"{_database(source_dsn)}_accounts", [[1], [2], [3], [4]], columns)
+    expected = [
+        "ana",
+        decimal.Decimal("12.50"),
+        1,
+        dt.date(2024, 2, 29),
+        dt.datetime(2024, 3, 1, 8, 0, 0, 123456, tzinfo=dt.UTC),
+        {"k": [1, 2]},
+        b"\x00\xff",
+        "b",
+        "x,z",
+        1.25,
+        "01:02:03.250000",
+        decimal.Decimal("18446744073709551615"),
+        21,
+        2024,
+    ]
+    assert list(rows[0]) == [1, *expected]
+    assert list(rows[2]) == [3, *expected]
+    assert list(rows[1]) == [2, "bo", *[None] * 13]
+    assert list(rows[3]) == [4, "bo", *[None] * 13]
+    (stream,) = db.change_streams()
+    assert (stream.name, stream.value_capture_type) == ("Bank", "NEW_ROW_AND_OLD_VALUES")
+    assert len(captured_transactions(db, "Bank")) == 2  # the copy is the starting state
+
+
+def _workload(
+    dsn: str, seed: int, transactions: int, alter_at: int | None, pause: float = 0.0
+) -> None:
+    rng = random.Random(seed)
+    conn = _connect(dsn)
+    next_id = 1_000_000
+    try:
+        with conn.cursor() as cur:
+            for number in range(transactions):
+                if number == alter_at:
+                    cur.execute("ALTER TABLE accounts ADD COLUMN note varchar(20)")
+                    cur.execute("ALTER TABLE accounts DROP COLUMN ratio")
+                cur.execute("SELECT id FROM accounts")
+                ids = [i for (i,) in cur.fetchall()]
+                for _ in range(rng.randint(1, 4)):
+                    choice = rng.random()
+                    if choice < 0.5 or not ids:
+                        next_id += 1
+                        cur.execute(
+                            "INSERT INTO accounts (id, owner, balance) VALUES (%s, %s, %s)",
+                            (next_id, f"o{next_id}", rng.randint(0, 10_000) / 100),
+                        )
+                    elif choice < 0.85:
+                        target = rng.choice(ids)
+                        ids.remove(target)
+                        cur.execute(
+                            "UPDATE accounts SET balance = COALESCE(balance, 0) + 1, "
+                            "active = %s WHERE id = %s",
+                            (int(rng.random() < 0.5), target),
+                        )
+                    else:
+                        target = rng.choice(ids)
+                        ids.remove(target)
+                        cur.execute("DELETE FROM accounts WHERE id = %s", (target,))
+                conn.commit()
+                time.sleep(pause)
+    finally:
+        conn.close()
+
+
+def _seed(dsn: str, rows: int) -> None:
+    values = ", ".join(f"({i}, 'seed')" for i in range(1, rows + 1))
+    _execute(dsn, f"INSERT INTO accounts (id, owner) VALUES {values}")
+
+
+def test_a_random_workload_with_columns_added_and_dropped_leaves_the_mirror_equal(
+    source_dsn: str, db: Any
+) -> None:
+    _seed(source_dsn, 300)
+    add_source(db, "Bank", mysql=source_dsn)
+    stop = threading.Event()
+    runner = threading.Thread(target=run_source, args=(db, "Bank"), kwargs={"stop": stop})
+    runner.start()
+    try:
+        wait_until_streaming(db, "Bank")
+        _workload(source_dsn, 7, 120, 60)
+    finally:
+        stop.set()
+        runner.join(timeout=60)
+    assert not runner.is_alive()
+    run_source(db, "Bank", until_caught_up=True)
+    database = _database(source_dsn)
+    (mirror,) = [t for t in db.tables() if t.name == f"{database}_accounts"]
+    names = [c.name for c in mirror.columns]
+    assert "ratio" not in names and names[-1] == "note"
+    columns = ["id", "owner", "balance", "active", "note"]
+    assert _mirror_rows(db, database, columns) == _source_rows(source_dsn, columns)
+    transactions = captured_transactions(db, "Bank")
+    assert len(transactions) == len(set(transactions)) == 120
+    assert _in_order(transactions)
+
+
+def test_a_connector_killed_again_and_again_loses_and_repeats_nothing(
+    source_dsn: str, tmp_path: Path
+) -> None:
+    path = str(tmp_path / "killed.db")
+    with changestream.open(path) as db:
+        add_source(db, "Bank", mysql=source_dsn)
+        run_source(db, "Bank", until_caught_up=True)
+    writer = Writer(_workload, source_dsn, 3, 400, None, 0.03)
+    writer.start()
+    rng = random.Random(5)
+    kills = 0
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    while writer.is_alive() or kills < 20:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "changestream", "sources", "run", "Bank", "--db", path],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=env,
+        )
+        time.sleep(rng.uniform(0.4, 1.5))
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=30)
+        kills += 1
+    writer.join()
+    with changestream.open(path) as db:
+        _run_when_released(db)
+        columns = ["id", "owner", "balance", "active"]
+        assert _mirror_rows(db, _database(source_dsn), columns) == _source_rows(source_dsn, columns)
+        transactions = captured_transactions(db, "Bank")
+    assert kills >= 20
+    assert len(transactions) == len(set(transactions)) == 400
+    assert _in_order(transactions)
+
+
+def _run_when_released(db: changestream.EmbeddedDatabase) -> None:
+    """Catch up, once the server has noticed a killed connector's session is gone."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            run_source(db, "Bank", until_caught_up=True)
+            return
+        except FailedPrecondition:
+            assert time.monotonic() < deadline, "the source stayed locked 30 s after its kill"
+            time.sleep(0.2)
+
+
+def test_the_initial_copy_under_concurrent_writes_leaves_no_gap(source_dsn: str, db: Any) -> None:
+    _seed(source_dsn, 20000)
+    add_source(db, "Bank", mysql=source_dsn)
+    writer = Writer(_workload, source_dsn, 11, 150, None, 0.005)
+    writer.start()
+    summary = run_source(db, "Bank", until_caught_up=True)
+    writer.join()
+    run_source(db, "Bank", until_caught_up=True)
+    columns = ["id", "owner", "balance", "active"]
+    assert _mirror_rows(db, _database(source_dsn), columns) == _source_rows(source_dsn, columns)
+    transactions = captured_transactions(db, "Bank")
+    assert len(transactions) == len(set(transactions)) <= 150
+    assert summary.copied_rows >= 20000
+
+
+def test_bad_input_is_refused_and_nothing_is_created(
+    source_dsn: str,
+    db: Any,
+    mariadb_server: MariaDbServer,  # noqa: F811
+) -> None:
+    database = _database(source_dsn)
+    _execute(source_dsn, "CREATE TABLE nokey (a int, b text)")
+    with pytest.raises(FailedPrecondition, match=r"no primary key.*ADD PRIMARY KEY"):
+        add_source(db, "Bank", mysql=source_dsn, tables="accounts,nokey")
+    with pytest.raises(NotFound, match=rf"no table {database}\.missing"):
+        add_source(db, "Bank", mysql=source_dsn, tables="missing")
+    _execute(source_dsn, "CREATE TABLE shapes (id int PRIMARY KEY, p point)")
+    with pytest.raises(changestream.InvalidArgument, match=r"'p' of .*shapes has type point"):
+        add_source(db, "Bank", mysql=source_dsn, tables="shapes")
+    with pytest.raises(Unavailable, match="cannot reach the MySQL server"):
+        add_source(db, "Bank", mysql="mysql://root@localhost/x?unix_socket=/nonexistent/socket")
+    with pytest.raises(changestream.InvalidArgument, match="mysql://"):
+        add_source(db, "Bank", mysql="host=somewhere")
+    with pytest.raises(changestream.InvalidArgument, match="--postgres DSN or --mysql DSN"):
+        add_source(db, "Bank", mysql=source_dsn, postgres="host=x")
+    mariadb_server.sql(
+        ["CREATE USER plain@localhost", f"GRANT SELECT ON {database}.* TO plain@localhost"]
+    )
+    plain = mariadb_server.dsn(database, user="plain")
+    with pytest.raises(FailedPrecondition, match="lacks the REPLICATION SLAVE privilege"):
+        add_source(db, "Bank", mysql=plain)
+    assert db.tables() == [] and list_sources(db) == []
+    add_source(db, "Bank", mysql=source_dsn, tables="accounts")
+    with pytest.raises(AlreadyExists, match="source Bank already exists"):
+        add_source(db, "Bank", mysql=source_dsn, tables="accounts")
+
+
+def test_a_server_without_a_row_based_binlog_is_named(db: Any) -> None:
+    statement_based = start_server(("--log-bin=binlog", "--binlog-format=STATEMENT"))
+    try:
+        with pytest.raises(FailedPrecondition, match=r"binlog_format = STATEMENT.*= ROW"):
+            add_source(db, "Bank", mysql=statement_based.create_database("shop"))
+    finally:
+        stop_server(statement_based)
+    no_binlog = start_server(())
+    try:
+        with pytest.raises(FailedPrecondition, match=r"log_bin = OFF.*log_bin = ON"):
+            add_source(db, "Bank", mysql=no_binlog.create_database("shop"))
+    finally:
+        stop_server(no_binlog)
+    assert db.tables() == [] and list_sources(db) == []
+
+
+def test_a_second_connector_of_a_running_source_is_refused(source_dsn: str, db: Any) -> None:
+    add_source(db, "Bank", mysql=source_dsn)
+    stop = threading.Event()
+    runner = threading.Thread(target=run_source, args=(db, "Bank"), kwargs={"stop": stop})
+    runner.start()
+    try:
+        wait_until_streaming(db, "Bank")
+        with pytest.raises(FailedPrecondition, match="in use by another connector"):
+            run_source(db, "Bank", until_caught_up=True)
+    finally:
+        stop.set()
+        runner.join(timeout=30)
+    assert not runner.is_alive()  # the stop is seen within a heartbeat
+
+
+def test_the_cli_adds_runs_describes_and_removes_a_source(source_dsn: str, tmp_path: Path) -> None:
+    path = str(tmp_path / "cli.db")
+    database = _database(source_dsn)
+    _execute(source_dsn, "INSERT INTO accounts (id, owner) VALUES (1, 'ana'), (2, 'bo')")
+    runner = CliRunner()
+    added = runner.invoke(main, ["sources", "add", "Bank", "--db", path, "--mysql", source_dsn])
+    assert added.exit_code == 0, added.output
+    assert f"{database}_accounts" in added.output
+    ran = runner.invoke(main, ["sources", "run", "Bank", "--db", path, "--until-caught-up"])
+    assert ran.exit_code == 0, ran.output
+    assert "2 rows copied" in ran.output
+    listed = runner.invoke(main, ["sources", "list", "--db", path])
+    assert listed.output.startswith(f"Bank  mysql  {database}.accounts")
+    described = runner.invoke(main, ["sources", "describe", "Bank", "--db", path])
+    assert '"log_file":"binlog.000001"' in described.output.replace(" ", "")
+    removed = runner.invoke(main, ["sources", "remove", "Bank", "--db", path])
+    assert removed.exit_code == 0, removed.output
+    both = runner.invoke(
+        main, ["sources", "add", "B", "--db", path, "--mysql", source_dsn, "--postgres", "x"]
+    )
+    assert both.exit_code == 2 and "--postgres DSN or --mysql DSN" in both.output
+
+
+def test_a_connection_lost_while_running_ends_the_run_with_a_clear_error(
+    source_dsn: str,
+    db: Any,
+    mariadb_server: MariaDbServer,  # noqa: F811
+) -> None:
+    add_source(db, "Bank", mysql=source_dsn)
+    failures: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            run_source(db, "Bank", stop=threading.Event())
+        except BaseException as exc:
+            failures.append(exc)
+
+    runner = threading.Thread(target=run)
+    runner.start()
+    wait_until_streaming(db, "Bank")
+    conn = mariadb_server.connect()  # ends every other session: the connector's included
+    try:
+        with conn.cursor() as cur:
+            cur.execute(
+                "SELECT id FROM information_schema.processlist WHERE id <> CONNECTION_ID() "
+                "AND user = 'root'"
+            )
+            for (pid,) in cur.fetchall():
+                cur.execute(f"KILL {int(pid)}")
+    finally:
+        conn.close()
+    runner.join(timeout=30)
+    assert not runner.is_alive()
+    (failure,) = failures
+    assert isinstance(failure, Unavailable)
+    assert "source Bank: the server failed" in str(failure)
