@@ -12,7 +12,6 @@ from changestream.errors import FailedPrecondition, InvalidArgument, NotFound, U
 from changestream.retry import retrying
 from changestream.sources.definition import MirroredTable
 from changestream.sources.pg_types import PgColumn, column_type
-from changestream.sources.pgoutput import lsn_text
 from changestream.types import ColumnType
 
 #: Every session a source opens reads and writes times in UTC.
@@ -203,6 +202,12 @@ def lock_source(conn: Any, slot: str) -> None:
         )
 
 
+def check_alive(conn: Any) -> None:
+    """A round trip on ``conn``: raises when its session is gone."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT 1")
+
+
 def drop_slot(conn: Any, slot: str) -> None:
     """Drop ``slot`` if it exists."""
     with conn.cursor() as cur:
@@ -211,12 +216,6 @@ def drop_slot(conn: Any, slot: str) -> None:
             "WHERE slot_name = %s",
             (slot,),
         )
-
-
-def advance_slot(conn: Any, slot: str, lsn: int) -> None:
-    """Confirm every transaction of ``slot`` that ends at or before ``lsn``."""
-    with conn.cursor() as cur:
-        cur.execute("SELECT pg_replication_slot_advance(%s, %s::pg_lsn)", (slot, lsn_text(lsn)))
 
 
 #: The prefix of the connector's own logical decoding messages.

@@ -1,9 +1,10 @@
 """The PostgreSQL connector: an initial copy consistent with a new replication slot, then the
 slot's ``pgoutput`` stream, one changestream transaction per source transaction.
 
-The slot is advanced only after the transactions read from it have committed here, and
-transactions that end at or before the recorded position are skipped, so a connector killed at
-any moment resumes without losing or repeating a change. A copy cut short starts again from a
+The slot streams over a replication connection and is confirmed (flush LSN) only after the
+transactions read from it have committed here, and transactions that end at or before the
+recorded position are skipped, so a connector killed at any moment resumes without losing or
+repeating a change. A copy cut short starts again from a
 new slot (the old snapshot is gone with its session). A lost connection to the server ends the
 run with :class:`~changestream.errors.Unavailable`.
 """
@@ -11,7 +12,9 @@ run with :class:`~changestream.errors.Unavailable`.
 from __future__ import annotations
 
 import logging
+import select
 import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 from changestream.errors import Unavailable
@@ -39,10 +42,8 @@ log = logging.getLogger(__name__)
 
 #: Rows per transaction of the initial copy.
 COPY_CHUNK_ROWS = 5_000
-#: How long to wait before asking the slot again when it had nothing (seconds).
-POLL_S = 0.02
-#: Changes read from the slot at a time (whole transactions: a read ends at a commit).
-PEEK_CHANGES = 10_000
+#: How long to wait for the next message before looking at the stop request (seconds).
+WAIT_S = 0.5
 
 
 class PostgresConnector:
@@ -150,30 +151,40 @@ class PostgresConnector:
         """Apply the slot's transactions until ``stop`` or, given a ``marker``, until the
         transaction that emitted it (committed after everything the run must catch up with).
 
-        The slot is read with ``pg_logical_slot_peek_binary_changes`` and moved on with
-        ``pg_replication_slot_advance`` only once what was read has committed here: the
-        slot never confirms a transaction this database does not hold. (psycopg2's streaming
-        cursor confirms the server's WAL end on its own when a keepalive comes before any
-        data, which can skip a backlog after a crash.)"""
+        The slot streams ``pgoutput`` messages over a replication connection, from the
+        recorded position. A transaction is confirmed to the server (flush LSN) only once it
+        has committed here, so the slot never gives up one this database does not hold; those
+        that end at or before the recorded position are skipped."""
         definition = self._definition
         assert self._position is not None
         applied = self._position.lsn
         begin: Begin | None = None
         changes: list[RowChange] = []
-        with conn.cursor() as cur:
-            while not stop.is_set():
-                cur.execute(
-                    "SELECT data FROM pg_logical_slot_peek_binary_changes(%s, NULL, %s, "
-                    "'proto_version', '1', 'publication_names', %s, 'messages', 'true')",
-                    (definition.slot, PEEK_CHANGES, definition.publication),
+        replication = pg_catalog.connect(definition.dsn, replication=True)
+        try:
+            with replication.cursor() as stream:
+                stream.start_replication(
+                    slot_name=definition.slot,
+                    decode=False,
+                    start_lsn=applied,
+                    options={
+                        "proto_version": "1",
+                        "publication_names": definition.publication,
+                        "messages": "true",
+                    },
                 )
-                rows = cur.fetchall()
-                if not rows:
-                    stop.wait(POLL_S)
-                    continue
-                marked = False
-                for (data,) in rows:
-                    decoded = decode(bytes(data))
+                checked = time.monotonic()
+                while not stop.is_set():
+                    if time.monotonic() - checked >= WAIT_S:
+                        # The session holding the source's lock must not be lost unseen, or
+                        # a second connector could start.
+                        pg_catalog.check_alive(conn)
+                        checked = time.monotonic()
+                    message = stream.read_message()
+                    if message is None:
+                        select.select([stream], [], [], WAIT_S)
+                        continue
+                    decoded = decode(bytes(message.payload))
                     if isinstance(decoded, Begin):
                         begin, changes = decoded, []
                     elif isinstance(decoded, Commit):
@@ -182,27 +193,23 @@ class PostgresConnector:
                             self.summary.skipped_transactions += 1
                         else:
                             end = SourcePosition("streaming", decoded.end_lsn)
+                            position = lsn_text(decoded.commit_lsn)
                             self._apply(
-                                SourceTransaction(
-                                    str(begin.xid),
-                                    lsn_text(decoded.commit_lsn),
-                                    end,
-                                    tuple(changes),
-                                )
+                                SourceTransaction(str(begin.xid), position, end, tuple(changes))
                             )
                             applied = decoded.end_lsn
+                            stream.send_feedback(flush_lsn=applied)
                         begin, changes = None, []
                     elif isinstance(decoded, Relation):
                         self._follow_shape(conn, decoded)
                     elif isinstance(decoded, LogicalMessage):
-                        marked = marked or (
-                            decoded.prefix == MARKER_PREFIX and decoded.content == marker
-                        )
+                        if decoded.prefix == MARKER_PREFIX and decoded.content == marker:
+                            break
                     elif decoded is not None:
                         changes.extend(self._shapes.changes(decoded))
-                pg_catalog.advance_slot(conn, definition.slot, applied)
-                if marked:
-                    return
+                stream.send_feedback(flush_lsn=applied, force=True)
+        finally:
+            replication.close()
 
     def _apply(self, transaction: SourceTransaction) -> None:
         self._mirror.apply(transaction)
