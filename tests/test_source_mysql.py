@@ -24,7 +24,13 @@ from click.testing import CliRunner
 import changestream
 from changestream.cli import main
 from changestream.errors import AlreadyExists, FailedPrecondition, NotFound, Unavailable
-from changestream.sources import add_source, list_sources, run_source
+from changestream.sources import (
+    RunSummary,
+    add_source,
+    describe_source,
+    list_sources,
+    run_source,
+)
 from tests.mariadb_support import (  # noqa: F401
     MariaDbServer,
     mariadb_server,
@@ -252,13 +258,12 @@ def test_a_connector_killed_again_and_again_loses_and_repeats_nothing(
     assert _in_order(transactions)
 
 
-def _run_when_released(db: changestream.EmbeddedDatabase) -> None:
+def _run_when_released(db: changestream.EmbeddedDatabase) -> RunSummary:
     """Catch up, once the server has noticed a killed connector's session is gone."""
     deadline = time.monotonic() + 30
     while True:
         try:
-            run_source(db, "Bank", until_caught_up=True)
-            return
+            return run_source(db, "Bank", until_caught_up=True)
         except FailedPrecondition:
             assert time.monotonic() < deadline, "the source stayed locked 30 s after its kill"
             time.sleep(0.2)
@@ -398,3 +403,53 @@ def test_a_connection_lost_while_running_ends_the_run_with_a_clear_error(
     (failure,) = failures
     assert isinstance(failure, Unavailable)
     assert "source Bank: the server failed" in str(failure)
+
+
+def test_a_connector_killed_during_its_copy_resumes_it_and_misses_nothing(
+    source_dsn: str, tmp_path: Path
+) -> None:
+    _seed(source_dsn, 60000)
+    database = _database(source_dsn)
+    path = str(tmp_path / "copy.db")
+    with changestream.open(path) as db:
+        add_source(db, "Bank", mysql=source_dsn)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "changestream", "sources", "run", "Bank", "--db", path],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    with changestream.open(path) as db:
+        deadline = time.monotonic() + 60
+        while _mirror_count(db, database) == 0:  # the copy has begun
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=30)
+        assert describe_source(db, "Bank")["state"] == "copying"
+        before = _mirror_count(db, database)
+        assert 0 < before < 60000
+        # Changes to rows copied and not yet copied, between the first snapshot and the
+        # resumed copy's: the binlog replays them over rows that may already hold them.
+        _execute(
+            source_dsn,
+            "UPDATE accounts SET owner = 'after' WHERE id <= 10 OR id > 59990",
+            "DELETE FROM accounts WHERE id IN (5, 59000)",
+            "INSERT INTO accounts (id, owner) VALUES (-1, 'low'), (70000, 'high')",
+            "UPDATE accounts SET id = 80000 WHERE id = 7",
+        )
+        writer = Writer(_workload, source_dsn, 13, 60, None, 0.01)
+        writer.start()  # and commits during the resumed copy
+        summary = _run_when_released(db)
+        writer.join()
+        run_source(db, "Bank", until_caught_up=True)
+        assert summary.copied_rows < 60000 - before + 10  # resumed, not started over
+        columns = ["id", "owner", "balance", "active"]
+        assert _mirror_rows(db, database, columns) == _source_rows(source_dsn, columns)
+        transactions = captured_transactions(db, "Bank")
+        assert len(transactions) == len(set(transactions)) == 61
+        assert _in_order(transactions)
+
+
+def _mirror_count(db: changestream.EmbeddedDatabase, database: str) -> int:
+    ((count,),) = list(db.execute_sql(f"SELECT COUNT(*) FROM {database}_accounts"))
+    return int(count)

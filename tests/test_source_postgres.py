@@ -349,7 +349,7 @@ def test_the_initial_copy_under_concurrent_writes_leaves_no_gap(source_dsn: str,
     assert summary.copied_rows >= 20000
 
 
-def test_a_connector_killed_during_its_copy_copies_again_and_misses_nothing(
+def test_a_connector_killed_during_its_copy_resumes_it_and_misses_nothing(
     source_dsn: str, tmp_path: Path
 ) -> None:
     _execute(
@@ -373,14 +373,30 @@ def test_a_connector_killed_during_its_copy_copies_again_and_misses_nothing(
         process.send_signal(signal.SIGKILL)
         process.wait(timeout=30)
         assert describe_source(db, "Bank")["state"] == "copying"
-        assert 0 < _mirror_count(db) < 60000
-        _execute(source_dsn, "UPDATE accounts SET owner = 'after' WHERE id <= 10")
+        before = _mirror_count(db)
+        assert 0 < before < 60000
+        # Changes to rows copied and not yet copied, between the slot's snapshot and the
+        # resumed copy's: the stream replays them over rows that may already hold them.
+        _execute(
+            source_dsn,
+            "UPDATE accounts SET owner = 'after' WHERE id <= 10 OR id > 59990",
+            "DELETE FROM accounts WHERE id IN (5, 59000)",
+            "INSERT INTO accounts (id, owner) VALUES (-1, 'low'), (70000, 'high')",
+            "UPDATE accounts SET id = 80000 WHERE id = 7",
+        )
         _wait_for_slot_release(source_dsn)
+        writer = Writer(_workload, source_dsn, 13, 60, None, 0.01)
+        writer.start()  # and commits during the resumed copy
+        summary = run_source(db, "Bank", until_caught_up=True)
+        writer.join()
         run_source(db, "Bank", until_caught_up=True)
-        columns = ["id", "owner", "doc"]
+        assert summary.copied_rows < 60000 - before + 10  # resumed, not started over
+        columns = ["id", "owner", "doc", "balance"]
         assert _mirror_rows(db, "public_accounts", columns) == _source_rows(
             source_dsn, "accounts", columns
         )
+        transactions = captured_transactions(db, "Bank")
+        assert len(transactions) == len(set(transactions)) == 61
 
 
 def _mirror_count(db: changestream.EmbeddedDatabase) -> int:

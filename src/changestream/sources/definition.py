@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from changestream.errors import InvalidArgument
@@ -69,23 +69,57 @@ class MirroredTable:
 class SourcePosition:
     """How far a source has got: ``copying`` until its initial copy is whole, then
     ``streaming`` from ``lsn`` (every source transaction that ended at or before it is in
-    the change log). For MySQL, ``lsn`` is the offset in binlog file ``log_file``."""
+    the change log). For MySQL, ``lsn`` is the offset in binlog file ``log_file``.
+
+    While copying, ``progress`` holds each table's last copied key (``True`` once whole), so
+    a copy cut short resumes there. A resumed copy reads the rest from a later snapshot, so
+    the changes up to that snapshot (``overlap``: ``(log_file, lsn)``) may already be in the
+    mirror and are applied idempotently."""
 
     state: str
     lsn: int
     log_file: str | None = None
+    progress: dict[str, Any] = field(default_factory=dict)
+    overlap: tuple[str | None, int] | None = None
 
     def to_json(self) -> dict[str, Any]:
         body: dict[str, Any] = {"state": self.state, "lsn": self.lsn}
         if self.log_file is not None:
             body["log_file"] = self.log_file
+        if self.progress:
+            body["progress"] = self.progress
+        if self.overlap is not None:
+            body["overlap"] = list(self.overlap)
         return body
 
     @staticmethod
     def from_json(body: dict[str, Any]) -> SourcePosition:
         log_file = body.get("log_file")
+        overlap = body.get("overlap")
         return SourcePosition(
-            str(body["state"]), int(body["lsn"]), None if log_file is None else str(log_file)
+            str(body["state"]),
+            int(body["lsn"]),
+            None if log_file is None else str(log_file),
+            dict(body.get("progress") or {}),
+            None if overlap is None else (overlap[0], int(overlap[1])),
+        )
+
+    def progressed(self, table: str, reached: Any) -> SourcePosition:
+        """This copying position with ``table`` copied up to key ``reached`` (``True``: all)."""
+        return replace(self, progress={**self.progress, table: reached})
+
+    def after(self, lsn: int, log_file: str | None = None) -> SourcePosition:
+        """The streaming position after a transaction that ended at ``lsn`` (in
+        ``log_file``), keeping the overlap while it is not passed."""
+        overlap = self.overlap if self.in_overlap(lsn, log_file) else None
+        return SourcePosition("streaming", lsn, log_file, overlap=overlap)
+
+    def in_overlap(self, lsn: int, log_file: str | None = None) -> bool:
+        """Whether a transaction that ended at ``lsn`` (in ``log_file``) may already be in the
+        mirror (through a resumed copy)."""
+        return self.overlap is not None and (log_file or "", lsn) <= (
+            self.overlap[0] or "",
+            self.overlap[1],
         )
 
 

@@ -120,12 +120,19 @@ class Mirror:
             table, columns=(*table.columns, name), types=(*table.types, ctype)
         )
 
-    def copy_rows(self, source: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-        """Rows of the initial copy, written without change records: they are the mirror's
-        starting state, not changes."""
+    def copy_rows(
+        self,
+        source: str,
+        columns: Sequence[str],
+        rows: Sequence[Sequence[Any]],
+        position: SourcePosition,
+    ) -> None:
+        """A chunk of the initial copy, written without change records (they are the
+        mirror's starting state, not changes) together with the copy's ``position``."""
         table = self._tables[source]
         with self._db.transaction(exclude_txn_from_change_streams=True) as tx:
             tx.insert(table.mirror, list(columns), [list(r) for r in rows])
+            tx.put_system_document(POSITION_KIND, self._definition.name, position.to_json())
 
     def clear(self) -> None:
         """Empty every mirror table (a copy that must start again)."""
@@ -137,13 +144,16 @@ class Mirror:
         with self._db.transaction(exclude_txn_from_change_streams=True) as tx:
             tx.put_system_document(POSITION_KIND, self._definition.name, position.to_json())
 
-    def apply(self, transaction: SourceTransaction) -> None:
-        """Apply one source transaction and record its end as the source's position."""
+    def apply(self, transaction: SourceTransaction, idempotent: bool = False) -> None:
+        """Apply one source transaction and record its end as the source's position.
+        ``idempotent`` when its changes may already be in the mirror (a resumed copy read them
+        from a later snapshot): inserts and whole-row updates become upserts."""
         if not transaction.changes:
             self.save_position(transaction.end)
             return
         tag = source_tag(self._definition.name, transaction.tx_id, transaction.position)
         with self._db.transaction(tag=tag) as tx:
+            insert = tx.insert_or_update if idempotent else tx.insert
             # Consecutive inserts into one table go in as one mutation.
             inserting: RowChange | None = None
             rows: list[list[Any]] = []
@@ -158,18 +168,18 @@ class Mirror:
                     rows.append(list(change.new or ()))
                     continue
                 if inserting is not None:
-                    tx.insert(self._tables[inserting.table].mirror, list(inserting.columns), rows)
+                    insert(self._tables[inserting.table].mirror, list(inserting.columns), rows)
                     inserting, rows = None, []
                 if change.operation == "insert":
                     inserting, rows = change, [list(change.new or ())]
                 else:
-                    self._apply(tx, change)
+                    self._apply(tx, change, idempotent)
             if inserting is not None:
-                tx.insert(self._tables[inserting.table].mirror, list(inserting.columns), rows)
+                insert(self._tables[inserting.table].mirror, list(inserting.columns), rows)
             name = self._definition.name
             tx.put_system_document(POSITION_KIND, name, transaction.end.to_json())
 
-    def _apply(self, tx: Transaction, change: RowChange) -> None:
+    def _apply(self, tx: Transaction, change: RowChange, idempotent: bool) -> None:
         table = self._tables[change.table]
         if change.operation == "truncate":
             tx.delete(table.mirror, KeyRange(start_closed=(), end_closed=()))
@@ -177,17 +187,26 @@ class Mirror:
             assert change.old_key is not None
             tx.delete(table.mirror, [list(change.old_key)])
         else:
-            self._update(tx, table, change)
+            self._update(tx, table, change, idempotent)
 
-    def _update(self, tx: Transaction, table: MirroredTable, change: RowChange) -> None:
+    def _update(
+        self, tx: Transaction, table: MirroredTable, change: RowChange, idempotent: bool
+    ) -> None:
         assert change.new is not None
         values = dict(zip(change.columns, change.new, strict=True))
         new_key = [values[k] for k in table.primary_key]
         old_key = new_key if change.old_key is None else list(change.old_key)
         columns = [c for c, v in values.items() if v is not UNCHANGED]
         row = [values[c] for c in columns]
+        whole = len(columns) == len(values)
         if old_key == new_key:
-            tx.update(table.mirror, columns, [row])
+            (tx.insert_or_update if idempotent and whole else tx.update)(
+                table.mirror, columns, [row]
+            )
+            return
+        if idempotent and whole:
+            tx.delete(table.mirror, [old_key])
+            tx.insert_or_update(table.mirror, columns, [row])
             return
         # The key changed: the row moves. Values the source left out are the old row's.
         missing = [n for n in table.columns if n not in columns]

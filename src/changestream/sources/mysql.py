@@ -5,7 +5,9 @@ transaction.
 The binlog is read with python-mysql-replication as a replica would (``server_id`` of the
 definition). The position after each transaction (binlog file and offset) is written with
 its changes, and reading resumes there, so a connector killed at any moment neither loses
-nor repeats a change. A copy cut short starts again. A lost connection ends the run with
+nor repeats a change. The copy goes in key order, a chunk per transaction here with the key
+it reached; one cut short resumes after that key from a later snapshot, applying the binlog's
+changes up to that snapshot idempotently. A lost connection ends the run with
 :class:`~changestream.errors.Unavailable`.
 """
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from changestream.errors import NotFound, Unavailable
@@ -80,7 +83,7 @@ class MySqlConnector:
                 self._learn(table.source, mysql_catalog.columns(conn, table.source))
             copied = self._position is not None and self._position.state == "streaming"
             if not copied and not self._copy(described, stop):
-                return self.summary  # stopped mid-copy: the next run copies again
+                return self.summary  # stopped mid-copy: the next run resumes it
             target = mysql_catalog.binlog_position(conn) if until_caught_up else None
             self._follow(conn, stop, target)
         return self.summary
@@ -91,43 +94,77 @@ class MySqlConnector:
     # -- the initial copy ----------------------------------------------------------------
 
     def _copy(self, described: list[MirroredTable], stop: threading.Event) -> bool:
-        """Copy every table from one consistent snapshot; False when ``stop`` cut it short."""
-        self._mirror.save_position(SourcePosition("copying", 0))
+        """Copy every table, in key order and in chunks, from a consistent snapshot at a known
+        binlog position; False when ``stop`` cut it short.
+
+        A copy cut short resumes after the last key it wrote, from a later snapshot; the
+        binlog's changes up to that snapshot may then be in the mirror already and are applied
+        idempotently."""
+        position = self._position
         for table in described:
             self._mirror.reshape(table)
-        self._mirror.clear()
+        resuming = position is not None and position.log_file is not None
+        if not resuming:
+            self._mirror.save_position(SourcePosition("copying", 0))
+            self._mirror.clear()
         with mysql_catalog.session(self._definition.dsn) as snap:
             log_file, offset = mysql_catalog.start_snapshot(snap)
+            if position is not None and position.log_file is not None:
+                overlap = max((log_file, offset), (position.overlap or ("", 0)))
+                self._position = replace(position, overlap=overlap)
+            else:
+                self._position = SourcePosition("copying", offset, log_file)
+                self._mirror.save_position(self._position)
             whole = all(self._copy_table(snap, t, stop) for t in self._definition.tables)
             snap.rollback()
         if not whole:
             return False
-        self._position = SourcePosition("streaming", offset, log_file)
+        self._position = replace(self._position, state="streaming", progress={})
         self._mirror.save_position(self._position)
-        self.summary.lsn = offset
+        self.summary.lsn = self._position.lsn
         return True
 
     def _copy_table(self, snap: Any, table: str, stop: threading.Event) -> bool:
-        import pymysql.cursors  # type: ignore[import-untyped]
-
+        """Copy ``table`` from where the copy's progress says, a chunk per transaction here,
+        each with the key it reached."""
+        assert self._position is not None
+        last = self._position.progress.get(table)
+        if last is True:
+            return True
         converters = self._columns[table]
         names = tuple(converters)
         convert = [converters[n] for n in names]
+        key = self._mirror.table(table).primary_key
+        at = [names.index(k) for k in key]
+        keys = ", ".join(f"`{k}`" for k in key)
+        marks = ", ".join(["%s"] * len(key))
         database, _, name = table.partition(".")
-        listed = ", ".join(f"`{n}`" for n in names)
-        with snap.cursor(pymysql.cursors.SSCursor) as cur:
-            cur.execute(f"SELECT {listed} FROM `{database}`.`{name}`")
-            while rows := cur.fetchmany(COPY_CHUNK_ROWS):
-                if stop.is_set():
-                    return False
+        select = f"SELECT {', '.join(f'`{n}`' for n in names)} FROM `{database}`.`{name}`"
+        with snap.cursor() as cur:
+            while not stop.is_set():
+                if last is None:
+                    cur.execute(f"{select} ORDER BY {keys} LIMIT %s", (COPY_CHUNK_ROWS,))
+                else:
+                    params = [_key_param(v) for v in last]
+                    cur.execute(
+                        f"{select} WHERE ({keys}) > ({marks}) ORDER BY {keys} LIMIT %s",
+                        (*params, COPY_CHUNK_ROWS),
+                    )
+                rows = cur.fetchall()
+                if not rows:
+                    self._position = self._position.progressed(table, True)
+                    self._mirror.save_position(self._position)
+                    return True
                 values = [
                     [None if v is None else c(v) for c, v in zip(convert, row, strict=True)]
                     for row in rows
                 ]
-                self._mirror.copy_rows(table, names, values)
+                last = [_key_json(rows[-1][i]) for i in at]
+                self._position = self._position.progressed(table, last)
+                self._mirror.copy_rows(table, names, values, self._position)
                 self.summary.copied_rows += len(rows)
                 self._progress(self.summary)
-        return True
+        return False
 
     # -- following the binlog ------------------------------------------------------------
 
@@ -193,8 +230,7 @@ class MySqlConnector:
                 elif isinstance(event, XidEvent) or (
                     isinstance(event, QueryEvent) and _query(event) == "COMMIT"
                 ):
-                    end = SourcePosition("streaming", reader.log_pos, reader.log_file)
-                    self._apply(tx_id, end, changes)
+                    self._apply(tx_id, reader.log_pos, reader.log_file, changes)
                     tx_id, changes = None, []
                 if (
                     target is not None
@@ -205,9 +241,17 @@ class MySqlConnector:
         finally:
             reader.close()
 
-    def _apply(self, tx_id: str | None, end: SourcePosition, changes: list[RowChange]) -> None:
-        position = f"{end.log_file}:{end.lsn}"
-        self._mirror.apply(SourceTransaction(tx_id or position, position, end, tuple(changes)))
+    def _apply(
+        self, tx_id: str | None, offset: int, log_file: str, changes: list[RowChange]
+    ) -> None:
+        assert self._position is not None
+        end = self._position.after(offset, log_file)
+        position = f"{log_file}:{offset}"
+        self._mirror.apply(
+            SourceTransaction(tx_id or position, position, end, tuple(changes)),
+            self._position.in_overlap(offset, log_file),
+        )
+        self._position = end
         self.summary.transactions += 1
         self.summary.lsn = end.lsn
         self._progress(self.summary)
@@ -277,3 +321,15 @@ def _binlog_column(column: Any) -> MySqlColumn:
 def _query(event: Any) -> str:
     query = event.query
     return (query.decode() if isinstance(query, bytes) else str(query)).strip().upper()
+
+
+def _key_json(value: Any) -> Any:
+    """A key value of a SELECT as JSON for the copy's progress (the server compares the text
+    forms with the column's type)."""
+    if isinstance(value, bytes):
+        return {"hex": value.hex()}
+    return value if isinstance(value, (int, str)) else str(value)
+
+
+def _key_param(value: Any) -> Any:
+    return bytes.fromhex(value["hex"]) if isinstance(value, dict) else value

@@ -208,6 +208,12 @@ def check_alive(conn: Any) -> None:
         cur.execute("SELECT 1")
 
 
+def slot_exists(conn: Any, slot: str) -> bool:
+    with conn.cursor() as cur:
+        cur.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (slot,))
+        return cur.fetchone() is not None
+
+
 def drop_slot(conn: Any, slot: str) -> None:
     """Drop ``slot`` if it exists."""
     with conn.cursor() as cur:

@@ -4,9 +4,10 @@ slot's ``pgoutput`` stream, one changestream transaction per source transaction.
 The slot streams over a replication connection and is confirmed (flush LSN) only after the
 transactions read from it have committed here, and transactions that end at or before the
 recorded position are skipped, so a connector killed at any moment resumes without losing or
-repeating a change. A copy cut short starts again from a
-new slot (the old snapshot is gone with its session). A lost connection to the server ends the
-run with :class:`~changestream.errors.Unavailable`.
+repeating a change. The copy goes in key order, a chunk per transaction here with the key it
+reached; one cut short resumes after that key from a later snapshot (the slot's own snapshot
+is gone with its session), applying the slot's changes up to that snapshot idempotently. A
+lost connection to the server ends the run with :class:`~changestream.errors.Unavailable`.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import logging
 import select
 import threading
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from changestream.errors import Unavailable
@@ -86,7 +88,7 @@ class PostgresConnector:
                 self._mirror.add_table(table)
             copied = self._position is not None and self._position.state == "streaming"
             if not copied and not self._copy(conn, described, stop):
-                return self.summary  # stopped mid-copy: the next run copies again
+                return self.summary  # stopped mid-copy: the next run resumes it
             marker = pg_catalog.emit_marker(conn) if until_caught_up else None
             self._follow(conn, stop, marker)
         return self.summary
@@ -94,56 +96,108 @@ class PostgresConnector:
     # -- the initial copy ----------------------------------------------------------------
 
     def _copy(self, conn: Any, described: list[MirroredTable], stop: threading.Event) -> bool:
-        """Copy every table from a new slot's snapshot; False when ``stop`` cut it short."""
+        """Copy every table, in key order and in chunks, consistent with where the slot
+        starts; False when ``stop`` cut it short.
+
+        A new copy reads the snapshot a new slot exports. A copy cut short resumes after the
+        last key it wrote, from a later snapshot; the slot's changes up to that snapshot may
+        then be in the mirror already and are applied idempotently."""
         definition = self._definition
-        self._mirror.save_position(SourcePosition("copying", 0))
+        position = self._position
         for table in described:
             self._mirror.reshape(table)
-        self._mirror.clear()
-        pg_catalog.drop_slot(conn, definition.slot)
-        replication = pg_catalog.connect(definition.dsn, replication=True)
-        try:
-            with replication.cursor() as cur:
-                cur.execute(
-                    f"CREATE_REPLICATION_SLOT {definition.slot} LOGICAL pgoutput EXPORT_SNAPSHOT"
-                )
-                _, consistent_point, snapshot, _ = cur.fetchone()
-            # The snapshot lives as long as the replication session runs no other command.
+        resuming = (
+            position is not None
+            and position.lsn > 0
+            and pg_catalog.slot_exists(conn, definition.slot)
+        )
+        if resuming:
+            assert position is not None
             with pg_catalog.session(definition.dsn) as snap:
                 snap.set_session(isolation_level="REPEATABLE READ", readonly=True)
                 with snap.cursor() as cur:
-                    cur.execute("SET TRANSACTION SNAPSHOT %s", (snapshot,))
-                whole = all(self._copy_table(snap, table, stop) for table in definition.tables)
+                    cur.execute("SELECT pg_current_wal_lsn()::text")
+                    (snapshot_lsn,) = cur.fetchone()
+                overlap = max(
+                    parse_lsn(snapshot_lsn), position.overlap[1] if position.overlap else 0
+                )
+                self._position = replace(position, overlap=(None, overlap))
+                whole = self._copy_tables(snap, stop)
                 snap.rollback()
-        finally:
-            replication.close()
+        else:
+            self._mirror.save_position(SourcePosition("copying", 0))
+            self._mirror.clear()
+            pg_catalog.drop_slot(conn, definition.slot)
+            replication = pg_catalog.connect(definition.dsn, replication=True)
+            try:
+                with replication.cursor() as cur:
+                    cur.execute(
+                        f"CREATE_REPLICATION_SLOT {definition.slot} LOGICAL pgoutput "
+                        "EXPORT_SNAPSHOT"
+                    )
+                    _, consistent_point, snapshot, _ = cur.fetchone()
+                self._position = SourcePosition("copying", parse_lsn(consistent_point))
+                self._mirror.save_position(self._position)
+                # The snapshot lives as long as the replication session runs no other command.
+                with pg_catalog.session(definition.dsn) as snap:
+                    snap.set_session(isolation_level="REPEATABLE READ", readonly=True)
+                    with snap.cursor() as cur:
+                        cur.execute("SET TRANSACTION SNAPSHOT %s", (snapshot,))
+                    whole = self._copy_tables(snap, stop)
+                    snap.rollback()
+            finally:
+                replication.close()
         if not whole:
             return False
-        lsn = parse_lsn(consistent_point)
-        self._position = SourcePosition("streaming", lsn)
+        assert self._position is not None
+        self._position = replace(self._position, state="streaming", progress={})
         self._mirror.save_position(self._position)
-        self.summary.lsn = lsn
+        self.summary.lsn = self._position.lsn
         return True
 
+    def _copy_tables(self, snap: Any, stop: threading.Event) -> bool:
+        return all(self._copy_table(snap, table, stop) for table in self._definition.tables)
+
     def _copy_table(self, snap: Any, table: str, stop: threading.Event) -> bool:
+        """Copy ``table`` from where the copy's progress says, a chunk per transaction here,
+        each with the key it reached."""
+        assert self._position is not None
         mirrored = self._mirror.table(table)
+        last = self._position.progress.get(table)
+        if last is True:
+            return True
         parsers = [parser(t) for t in mirrored.types]
         columns = ", ".join(f'"{c}"::text' for c in mirrored.columns)
+        # Qualified: a bare name in ORDER BY would be the text output column of that name.
+        keys = ", ".join(f'source."{k}"' for k in mirrored.primary_key)
+        at = [mirrored.columns.index(k) for k in mirrored.primary_key]
+        marks = ", ".join(["%s"] * len(at))
         schema, _, name = table.partition(".")
-        with snap.cursor(name=f"copy_{mirrored.mirror}") as cur:
-            cur.itersize = COPY_CHUNK_ROWS
-            cur.execute(f'SELECT {columns} FROM "{schema}"."{name}"')
-            while rows := cur.fetchmany(COPY_CHUNK_ROWS):
-                if stop.is_set():
-                    return False
+        select = f'SELECT {columns} FROM "{schema}"."{name}" AS source'
+        with snap.cursor() as cur:
+            while not stop.is_set():
+                if last is None:
+                    cur.execute(f"{select} ORDER BY {keys} LIMIT %s", (COPY_CHUNK_ROWS,))
+                else:
+                    cur.execute(
+                        f"{select} WHERE ({keys}) > ({marks}) ORDER BY {keys} LIMIT %s",
+                        (*last, COPY_CHUNK_ROWS),
+                    )
+                rows = cur.fetchall()
+                if not rows:
+                    self._position = self._position.progressed(table, True)
+                    self._mirror.save_position(self._position)
+                    return True
                 values = [
                     [None if v is None else p(v) for p, v in zip(parsers, row, strict=True)]
                     for row in rows
                 ]
-                self._mirror.copy_rows(table, mirrored.columns, values)
+                last = [rows[-1][i] for i in at]
+                self._position = self._position.progressed(table, last)
+                self._mirror.copy_rows(table, mirrored.columns, values, self._position)
                 self.summary.copied_rows += len(rows)
                 self._progress(self.summary)
-        return True
+        return False
 
     # -- following the slot --------------------------------------------------------------
 
@@ -192,10 +246,15 @@ class PostgresConnector:
                         if decoded.end_lsn <= applied:
                             self.summary.skipped_transactions += 1
                         else:
-                            end = SourcePosition("streaming", decoded.end_lsn)
                             position = lsn_text(decoded.commit_lsn)
                             self._apply(
-                                SourceTransaction(str(begin.xid), position, end, tuple(changes))
+                                SourceTransaction(
+                                    str(begin.xid),
+                                    position,
+                                    self._position.after(decoded.end_lsn),
+                                    tuple(changes),
+                                ),
+                                self._position.in_overlap(decoded.end_lsn),
                             )
                             applied = decoded.end_lsn
                             stream.send_feedback(flush_lsn=applied)
@@ -211,8 +270,9 @@ class PostgresConnector:
         finally:
             replication.close()
 
-    def _apply(self, transaction: SourceTransaction) -> None:
-        self._mirror.apply(transaction)
+    def _apply(self, transaction: SourceTransaction, idempotent: bool) -> None:
+        self._mirror.apply(transaction, idempotent)
+        self._position = transaction.end
         self.summary.transactions += 1
         self.summary.lsn = transaction.end.lsn
         self._progress(self.summary)
