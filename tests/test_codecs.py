@@ -9,6 +9,8 @@ import math
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from changestream import codecs
 from changestream.types import ColumnType
@@ -80,3 +82,17 @@ def test_a_stored_value_reaches_event_json_as_it_would_through_python(
     stored = codecs.to_json_value(ctype, value)
     through_python = codecs.event_encoder(ctype)(codecs.from_json_value(ctype, stored))
     assert codecs.record_to_event(ctype)(stored) == through_python
+
+
+@given(st.datetimes(min_value=dt.datetime(1, 1, 2), timezones=st.just(dt.UTC)))
+def test_a_utc_datetime_is_written_as_the_microsecond_text_of_its_instant(
+    moment: dt.datetime,
+) -> None:
+    from changestream.clock import parse_ts
+    from changestream.types import normalize
+
+    assert codecs.timestamp_text(moment) == codecs.micros_text(parse_ts(moment))
+    assert normalize(ColumnType("TIMESTAMP"), moment) == moment
+    shifted = moment.astimezone(dt.timezone(dt.timedelta(hours=-3)))
+    assert codecs.timestamp_text(shifted) == codecs.timestamp_text(moment)
+    assert normalize(ColumnType("TIMESTAMP"), shifted) == moment

@@ -448,3 +448,24 @@ def test_columns_dropped_and_added_in_the_source_are_followed(source_dsn: str, d
     assert _mirror_rows(db, "public_accounts", columns) == _source_rows(
         source_dsn, "accounts", columns
     )
+
+
+def test_an_unchanged_toasted_value_left_out_of_an_update_keeps_its_mirror_value(
+    source_dsn: str, db: Any
+) -> None:
+    big = "".join(random.Random(3).choice("abcdefghij0123456789") for _ in range(20000))
+    # Stored out of line, uncompressed: what pgoutput leaves out of an update when unchanged.
+    _execute(source_dsn, "ALTER TABLE accounts ALTER COLUMN owner SET STORAGE EXTERNAL")
+    add_source(db, "Bank", postgres=source_dsn)
+    run_source(db, "Bank", until_caught_up=True)
+    _execute(source_dsn, f"INSERT INTO accounts (id, owner) VALUES (1, '{big}'), (2, '{big}')")
+    _execute(
+        source_dsn,
+        "UPDATE accounts SET balance = 5 WHERE id = 1",  # owner: TOASTed and unchanged
+        "UPDATE accounts SET id = 3 WHERE id = 2",  # the row moves with its TOASTed owner
+    )
+    run_source(db, "Bank", until_caught_up=True)
+    columns = ["id", "owner", "balance"]
+    mirrored = _mirror_rows(db, "public_accounts", columns)
+    assert mirrored == _source_rows(source_dsn, "accounts", columns)
+    assert [(row[0], len(row[1])) for row in mirrored] == [(1, 20000), (3, 20000)]

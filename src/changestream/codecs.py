@@ -73,6 +73,13 @@ def micros_text(us: int) -> str:
     return f"{_second_text(seconds)}.{fraction:06d}Z"
 
 
+def timestamp_text(value: Any) -> str:
+    """A TIMESTAMP value (a datetime, RFC 3339 text or microseconds) as :func:`micros_text`."""
+    if type(value) is dt.datetime and value.tzinfo is dt.UTC:
+        return value.isoformat(timespec="microseconds")[:-6] + "Z"  # without "+00:00"
+    return micros_text(parse_ts(value))
+
+
 @functools.lru_cache(maxsize=4096)
 def millis_text(us: int) -> str:
     """Microseconds as RFC 3339 with milliseconds and ``Z`` (the seed's ``read_timestamp``)."""
@@ -103,7 +110,7 @@ _RECORD_ENCODERS: dict[str, Codec] = {
     "NUMERIC": lambda value: format(value, "f"),
     "BYTES": _b64text,
     "DATE": dt.date.isoformat,
-    "TIMESTAMP": lambda value: micros_text(parse_ts(value)),
+    "TIMESTAMP": timestamp_text,
 }
 
 

@@ -185,6 +185,8 @@ def _date(ctype: ColumnType, value: Any, column: str) -> Any:
 
 
 def _timestamp(ctype: ColumnType, value: Any, column: str) -> Any:
+    if type(value) is dt.datetime and value.tzinfo is dt.UTC:
+        return value  # already canonical (and every datetime lies in TIMESTAMP's range)
     if value is COMMIT_TIMESTAMP:
         return value
     if not isinstance(value, dt.datetime | str):

@@ -14,6 +14,10 @@ from changestream.types import ColumnType
 DEFINITION_KIND = "source"
 POSITION_KIND = "source-position"
 
+#: A value a source left out of an update because it did not change (PostgreSQL's unchanged
+#: TOASTed values): the mirror keeps what it has.
+UNCHANGED: Any = object()
+
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,62}\Z")
 
 

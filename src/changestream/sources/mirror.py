@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from changestream.errors import FailedPrecondition
 from changestream.sources.definition import (
     POSITION_KIND,
+    UNCHANGED,
     MirroredTable,
     SourceDefinition,
     SourcePosition,
@@ -25,10 +26,6 @@ from changestream.types import ColumnType
 if TYPE_CHECKING:
     from changestream.embedded import EmbeddedDatabase
     from changestream.store.transaction import Transaction
-
-#: A value a source left out of an update because it did not change (PostgreSQL's unchanged
-#: TOASTed values): the mirror keeps what it has.
-UNCHANGED: Any = object()
 
 Operation = Literal["insert", "update", "delete", "truncate"]
 

@@ -12,13 +12,13 @@ import struct
 from dataclasses import dataclass
 
 from changestream.errors import InvalidArgument
+from changestream.sources.definition import UNCHANGED
 
 #: Microseconds between the Unix epoch and PostgreSQL's (2000-01-01).
 PG_EPOCH_US = 946_684_800_000_000
 
-#: A column's value in a tuple: None for NULL, ``UNCHANGED`` for an unchanged TOASTed value
+#: A column's value in a tuple is None for NULL, ``UNCHANGED`` for an unchanged TOASTed value
 #: that the message leaves out, else its text form.
-UNCHANGED = object()
 
 
 @dataclass(frozen=True, slots=True)

@@ -79,6 +79,9 @@ class RowCodec:
         self._fast = [_fast_types(c) for c in chosen]
         self._stores_as_is = all(c.type.code in _STORED_AS_IS for c in chosen)
         self._float_positions = [i for i, c in enumerate(chosen) if c.type.code == "FLOAT64"]
+        self._converted_positions = [
+            i for i, c in enumerate(chosen) if c.type.code not in _STORED_AS_IS
+        ]
         self._stores = [_store_for(c) for c in chosen]
         self.key_positions = tuple(columns.index(k) for k in table.primary_key)
         self.covers_all_columns = len(columns) == len(table.columns)
@@ -132,11 +135,20 @@ class RowCodec:
         return list(zip(*columns, strict=True)) if converted else rows
 
     def stored(self, rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
-        """Rows in SQLite storage form."""
+        """Rows in SQLite storage form (column by column: only those stored otherwise than
+        as they are get converted)."""
         if self._stores_as_is and not self._has_nan(rows):
             return rows
-        stores = self._stores
-        return [tuple([store(v) for store, v in zip(stores, row, strict=True)]) for row in rows]
+        if not rows:
+            return rows
+        columns = list(zip(*rows, strict=True))
+        for position in self._converted_positions:
+            columns[position] = tuple(map(self._stores[position], columns[position]))
+        for position in self._float_positions:
+            values = columns[position]
+            if any(map(ne, values, values)):
+                columns[position] = tuple(map(self._stores[position], values))
+        return list(zip(*columns, strict=True))
 
     def _has_nan(self, rows: list[tuple[Any, ...]]) -> bool:
         """Whether a FLOAT64 value is NaN (SQLite would store it as NULL unless converted)."""
