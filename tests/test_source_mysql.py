@@ -298,6 +298,9 @@ def test_bad_input_is_refused_and_nothing_is_created(
     _execute(source_dsn, "CREATE TABLE shapes (id int PRIMARY KEY, p point)")
     with pytest.raises(changestream.InvalidArgument, match=r"'p' of .*shapes has type point"):
         add_source(db, "Bank", mysql=source_dsn, tables="shapes")
+    _execute(source_dsn, "CREATE TABLE wide (id int PRIMARY KEY, v decimal(40,10))")
+    with pytest.raises(changestream.InvalidArgument, match=r"decimal\(40,10\), wider than"):
+        add_source(db, "Bank", mysql=source_dsn, tables="wide")
     with pytest.raises(Unavailable, match="cannot reach the MySQL server"):
         add_source(db, "Bank", mysql="mysql://root@localhost/x?unix_socket=/nonexistent/socket")
     with pytest.raises(changestream.InvalidArgument, match="mysql://"):
@@ -453,3 +456,85 @@ def test_a_connector_killed_during_its_copy_resumes_it_and_misses_nothing(
 def _mirror_count(db: changestream.EmbeddedDatabase, database: str) -> int:
     ((count,),) = list(db.execute_sql(f"SELECT COUNT(*) FROM {database}_accounts"))
     return int(count)
+
+
+KINDS = (
+    "CREATE TABLE kinds (id int PRIMARY KEY, a tinyint unsigned, b smallint, c mediumint, "
+    "d int unsigned, e float, f char(3), g varchar(300), h text, i mediumblob, "
+    "j datetime(3), k timestamp NULL, l time, m time(6), n decimal(38,9), o decimal(5,0), "
+    "p set('a','b'), q varbinary(8), r year, s mediumint unsigned, t decimal(4,3))"
+)
+KIND_ROWS = [
+    "255, -32768, -8388608, 4294967295, 1.5, 'ab', REPEAT('x', 300), 'text é', x'0001ff', "
+    "'2024-12-31 23:59:59.999', '2038-01-19 03:14:07', '838:59:59', '-12:34:56.000001', "
+    "-12345678901234567890.012345678, -99999, '', x'00', 1901, 16777215, -0.001",
+    "0, 32767, 8388607, 0, -2.25, '', '', '', '', '1000-01-01 00:00:00.001', "
+    "'1970-01-01 00:00:01', '-838:59:59', '00:00:00.5', 0.000000001, 0, 'a,b', '', 2155, 0, "
+    "9.999",
+]
+
+
+def test_every_kind_of_value_reads_the_same_from_the_binlog_as_from_the_copy(
+    mariadb_server: MariaDbServer,  # noqa: F811
+    db: Any,
+) -> None:
+    dsn = mariadb_server.create_database("kinds")
+    values = [f"({number}, {row})" for number, row in enumerate(KIND_ROWS, start=1)]
+    _execute(
+        dsn, KINDS, f"INSERT INTO kinds VALUES {', '.join(values)}, (3, {', '.join(['NULL'] * 20)})"
+    )
+    add_source(db, "Kinds", mysql=dsn)
+    run_source(db, "Kinds", until_caught_up=True)  # rows 1-3 through the copy
+    again = [f"({number + 10}, {row})" for number, row in enumerate(KIND_ROWS, start=1)]
+    _execute(dsn, f"INSERT INTO kinds VALUES {', '.join(again)}, (13, {', '.join(['NULL'] * 20)})")
+    _execute(
+        dsn, "UPDATE kinds SET b = b + 1 WHERE id IN (1, 11)", "DELETE FROM kinds WHERE id = 2"
+    )
+    assert run_source(db, "Kinds", until_caught_up=True).transactions == 2
+    rows = {row[0]: tuple(row[1:]) for row in db.execute_sql("SELECT * FROM kinds_kinds")}
+    assert sorted(rows) == [1, 3, 11, 12, 13]
+    assert rows[11] == rows[1] and rows[13] == rows[3]
+    assert rows[3] == tuple([None] * 20)
+    first = rows[1]
+    assert first[11] == "838:59:59" and first[12] == "-12:34:56.000001"
+    assert first[13] == decimal.Decimal("-12345678901234567890.012345678")
+    assert first[1] == -32767 and first[15] == "" and first[18] == 16777215
+    assert first[19] == decimal.Decimal("-0.001")
+    assert rows[12][12] == "00:00:00.500000" and rows[12][14] == 0
+
+
+def test_random_decimals_and_times_read_the_same_from_the_binlog_as_from_the_copy(
+    mariadb_server: MariaDbServer,  # noqa: F811
+    db: Any,
+) -> None:
+    kinds = {"a": (5, 0), "b": (12, 2), "c": (38, 9), "d": (9, 9), "e": (19, 1), "f": (20, 3)}
+    columns = ", ".join(f"{name} decimal({p},{s})" for name, (p, s) in kinds.items())
+    times = ", ".join(f"t{fsp} time({fsp})" for fsp in range(7))
+    dsn = mariadb_server.create_database("numbers")
+    _execute(dsn, f"CREATE TABLE numbers (id int PRIMARY KEY, {columns}, {times})")
+    rng = random.Random(11)
+
+    def row(number: int) -> str:
+        values = []
+        for precision, scale in kinds.values():
+            digits = "".join(rng.choice("0123456789") for _ in range(precision))
+            integral, fraction = digits[: precision - scale] or "0", digits[precision - scale :]
+            text = integral + ("." + fraction if fraction else "")
+            values.append(("-" if rng.random() < 0.5 else "") + text)
+        for fsp in range(7):
+            fraction = "".join(rng.choice("0123456789") for _ in range(fsp))
+            moment = f"{rng.randint(0, 838)}:{rng.randint(0, 59):02d}:{rng.randint(0, 59):02d}"
+            sign = "-" if rng.random() < 0.5 else ""
+            values.append(f"'{sign}{moment}{'.' + fraction if fraction else ''}'")
+        return f"({number}, {', '.join(values)})"
+
+    _execute(dsn, f"INSERT INTO numbers VALUES {', '.join(row(n) for n in range(100))}")
+    add_source(db, "Numbers", mysql=dsn)
+    run_source(db, "Numbers", until_caught_up=True)
+    copied = list(db.execute_sql("SELECT * FROM numbers_numbers ORDER BY id"))
+    _execute(dsn, "DELETE FROM numbers")
+    rng = random.Random(11)
+    _execute(dsn, f"INSERT INTO numbers VALUES {', '.join(row(n) for n in range(100))}")
+    run_source(db, "Numbers", until_caught_up=True)
+    streamed = list(db.execute_sql("SELECT * FROM numbers_numbers ORDER BY id"))
+    assert len(copied) == 100 and [list(r) for r in streamed] == [list(r) for r in copied]

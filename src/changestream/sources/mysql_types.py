@@ -117,6 +117,14 @@ def column_type(column: MySqlColumn, table: str) -> ColumnType:
             f"column {column.name!r} of {table} has type {column.column_type}, which a source "
             f"cannot mirror (supported: {', '.join(sorted(_CODES))})"
         )
+    if code == "NUMERIC" and "(" in column.column_type:
+        precision, _, scale = column.column_type.partition("(")[2].partition(")")[0].partition(",")
+        integral, fraction = int(precision) - int(scale or 0), int(scale or 0)
+        if integral > 29 or fraction > 9:
+            raise InvalidArgument(
+                f"column {column.name!r} of {table} has type {column.column_type}, wider than "
+                "a NUMERIC mirror holds (at most 29 digits before the point and 9 after)"
+            )
     if column.is_json:
         code = "JSON"
     if column.data_type.lower() == "bigint" and "unsigned" in column.column_type.lower():
