@@ -46,6 +46,22 @@ class PostgresServer:
         finally:
             conn.close()
 
+    def drop_slots(self) -> None:
+        """Drop every replication slot (they belong to the server, not to one database), once
+        their connectors' sessions are gone."""
+        deadline = time.monotonic() + 30
+        while True:
+            self.sql(
+                "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE active"
+            )
+            try:
+                self.sql("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots")
+                return
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+
     def create_database(self, name: str) -> str:
         self.sql(f"CREATE DATABASE {name}")
         return self.dsn(name)

@@ -88,7 +88,10 @@ def test_postgres_changes_land_as_events_with_postgres_metadata_and_a_replica(
             )
         )
 
-    events = _land(spark, tmp_path, path, "Bank", file_format, write)
+    try:
+        events = _land(spark, tmp_path, path, "Bank", file_format, write)
+    finally:
+        postgres_server.drop_slots()
     ((xid,),) = written
     backfill = [e for e in events if e["read_method"] == "postgresql-backfill"]
     cdc = sorted(

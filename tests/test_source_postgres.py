@@ -60,11 +60,15 @@ def _execute(dsn: str, *statements: str) -> None:
 
 
 @pytest.fixture
-def source_dsn(postgres_server: PostgresServer, request: pytest.FixtureRequest) -> str:  # noqa: F811
+def source_dsn(
+    postgres_server: PostgresServer,  # noqa: F811
+    request: pytest.FixtureRequest,
+) -> Iterator[str]:
     name = "t_" + "".join(c for c in request.node.name.lower() if c.isalnum())[:40]
     dsn = postgres_server.create_database(name)
     _execute(dsn, ACCOUNTS)
-    return dsn
+    yield dsn
+    postgres_server.drop_slots()
 
 
 @pytest.fixture
@@ -271,6 +275,12 @@ def test_bad_input_is_refused_and_nothing_is_created(
         add_source(db, "Bank", postgres=f"host={postgres_server.root}/nowhere dbname=x")
     with pytest.raises(changestream.InvalidArgument, match="source name"):
         add_source(db, "no spaces", postgres=source_dsn)
+    _execute(source_dsn, "SELECT pg_create_logical_replication_slot('taken', 'pgoutput')")
+    try:
+        with pytest.raises(AlreadyExists, match="replication slot taken already exists"):
+            add_source(db, "Bank", postgres=source_dsn, slot="taken")
+    finally:
+        _execute(source_dsn, "SELECT pg_drop_replication_slot('taken')")
     assert db.tables() == [] and list_sources(db) == []
     add_source(db, "Bank", postgres=source_dsn, tables="accounts")
     with pytest.raises(AlreadyExists, match="source Bank already exists"):
@@ -372,8 +382,11 @@ def test_a_connector_killed_during_its_copy_resumes_it_and_misses_nothing(
             time.sleep(0.01)
         process.send_signal(signal.SIGKILL)
         process.wait(timeout=30)
-        assert describe_source(db, "Bank")["state"] == "copying"
+        described = describe_source(db, "Bank")
+        assert described["state"] == "copying"
         before = _mirror_count(db)
+        (reached,) = described["copy_progress"]["public.accounts"]
+        assert int(reached) == before  # ids 1..n, copied in key order
         assert 0 < before < 60000
         # Changes to rows copied and not yet copied, between the slot's snapshot and the
         # resumed copy's: the stream replays them over rows that may already hold them.

@@ -75,6 +75,12 @@ def _add_postgres(
     chosen = table_names(tables)
     with pg_catalog.session(dsn) as conn:
         pg_catalog.check_server(conn)
+        if pg_catalog.slot_exists(conn, slot):
+            # Another consumer's, perhaps: the connector drops and recreates its own slot.
+            raise AlreadyExists(
+                f"replication slot {slot} already exists on the source's server; name another "
+                "with --slot (or drop it there if nothing uses it)"
+            )
         listed = chosen if chosen is not None else pg_catalog.all_tables(conn)
         if not listed:
             raise FailedPrecondition("the source has no table in schema public; name --tables")
@@ -148,7 +154,8 @@ def list_sources(db: EmbeddedDatabase) -> list[SourceDefinition]:
 
 
 def describe_source(db: EmbeddedDatabase, name: str) -> dict[str, Any]:
-    """A source's definition and how far it has got (``state``: new, copying or streaming)."""
+    """A source's definition and how far it has got (``state``: new, copying or streaming;
+    while copying, ``copy_progress``)."""
     definition = _definition(db, name)
     position = _position(db, name)
     described = {
@@ -156,6 +163,9 @@ def describe_source(db: EmbeddedDatabase, name: str) -> dict[str, Any]:
         "mirrors": [definition.mirror(t) for t in definition.tables],
         "state": "new" if position is None else position.state,
     }
+    if position is not None and position.state == "copying":
+        # Per table: true once copied, else the last key copied (absent: not begun).
+        described["copy_progress"] = position.progress
     if definition.kind == "mysql":
         described["log_file"] = None if position is None else position.log_file
         described["log_position"] = None if position is None else position.lsn
