@@ -102,11 +102,18 @@ def test_lifecycle_through_the_cli(target: tuple[str, changestream.EmbeddedDatab
 
     described = lines(ok("streams", "describe", "orders", "--db", db_arg, "--json"))[0]
     assert described["state"] == "Paused"
+    job = {"state": "NOT_STARTED", "trigger": None, "filter": None, "rows": 0}
     assert described["objects"] == [
-        {"object": "shop_Orders", "table": "Orders", "status": "skipped", "rows": 0}
+        {
+            "object": "shop_Orders",
+            "table": "Orders",
+            "status": "skipped",
+            "rows": 0,
+            "backfill_job": job,
+        }
     ]
     text = ok("streams", "describe", "orders", "--db", db_arg)
-    for expected in ("stream orders", "Paused", "shop_Orders", "skipped", "out/events (avro)"):
+    for expected in ("stream orders", "Paused", "shop_Orders", "NOT_STARTED", "out/events (avro)"):
         assert expected in text
 
     StreamCatalog(db).record_error("orders", "shop_Orders", "disk full", retriable=True)

@@ -229,9 +229,22 @@ def test_progress_errors_and_describe(source: tuple[changestream.Database, str])
     catalog.create(definition(path, include=["Orders", "Users"]))
     described = catalog.describe("orders")
     assert described["state"] == "Not started"
+    job = {"state": "PENDING", "trigger": "automatic", "filter": None, "rows": 0}
     assert described["objects"] == [
-        {"object": "shop_Orders", "table": "Orders", "status": "pending", "rows": 0},
-        {"object": "shop_Users", "table": "Users", "status": "pending", "rows": 0},
+        {
+            "object": "shop_Orders",
+            "table": "Orders",
+            "status": "pending",
+            "rows": 0,
+            "backfill_job": job,
+        },
+        {
+            "object": "shop_Users",
+            "table": "Users",
+            "status": "pending",
+            "rows": 0,
+            "backfill_job": job,
+        },
     ]
     assert described["lag_seconds"] is None
     assert described["rows_processed"] == 0

@@ -11,6 +11,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from changestream.cli._backfill import backfill
 from changestream.cli._common import json_line, open_database, setting
 from changestream.clock import format_ts
 from changestream.datastream import StreamCatalog, StreamDefinition, discover
@@ -51,6 +52,8 @@ def streams() -> None:
     the work (and moves a Starting stream to Running).
     """
 
+
+streams.add_command(backfill)
 
 _VALIDATE_ONLY = click.option(
     "--validate-only",
@@ -328,9 +331,16 @@ def describe(name: str, db_path: str, as_json: bool) -> None:
         ("lag", "-" if lag is None else f"{lag:.1f}s"),
     ):
         summary.add_row(label, value)
-    objects = Table("object", "table", "backfill", "rows")
+    objects = Table("object", "table", "backfill job", "filter", "rows")
     for entry in described["objects"]:
-        objects.add_row(entry["object"], entry["table"] or "-", entry["status"], str(entry["rows"]))
+        job = entry["backfill_job"]
+        objects.add_row(
+            entry["object"],
+            entry["table"] or "-",
+            job["state"],
+            job["filter"] or "-",
+            str(entry["rows"]),
+        )
     _print(summary)
     _print(objects)
 

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from changestream.clock import format_ts, now_us, parse_ts
+from changestream.datastream import backfill_jobs
+from changestream.datastream.backfill_jobs import backfill_job
 from changestream.datastream.definition import StreamDefinition
 from changestream.datastream.states import (
     RECOVERABLE_STATES,
@@ -43,7 +45,7 @@ from changestream.streams.roles import PipelineDatabase
 
 KIND = "datastream"
 PROGRESS_KIND = "datastream.progress"
-BACKFILL_STATUSES = ("pending", "running", "done")
+BACKFILL_STATUSES = ("pending", "running", "done", "stopped", "failed")
 #: ``StreamProgress.detail`` keys: the last micro-batch counted, and the attached runner.
 LAST_BATCH = "last_batch_id"
 RUNNER = "runner"
@@ -476,16 +478,19 @@ class StreamCatalog:
         self,
         name: str,
         object: str,
-        status: str,
+        status: str | None,
         *,
         rows: int | None = None,
         add_rows: int = 0,
         detail: Mapping[str, Any] | None = None,
+        fresh: bool = False,
     ) -> ObjectBackfill:
-        """Record the backfill of ``object``: its ``status`` (pending, running, done), its row
-        count (set to ``rows``, then ``add_rows`` added, so parallel chunks can each add
-        theirs), and ``detail`` merged into its detail. Returns the object's entry as written."""
-        if status not in BACKFILL_STATUSES:
+        """Record the backfill of ``object``: its ``status`` (pending, running, done, stopped,
+        failed; None keeps the one it has, so a stop is not overwritten), its row count (set
+        to ``rows``, then ``add_rows`` added, so parallel chunks can each add theirs), and
+        ``detail`` merged into its detail (``fresh``: replacing it). Returns the object's entry
+        as written."""
+        if status is not None and status not in BACKFILL_STATUSES:
             raise InvalidArgument(
                 f"backfill status must be one of {', '.join(BACKFILL_STATUSES)}, got {status!r}"
             )
@@ -496,9 +501,9 @@ class StreamCatalog:
         def change(progress: StreamProgress) -> StreamProgress:
             old = progress.objects.get(object, ObjectBackfill())
             new = ObjectBackfill(
-                status,
+                old.status if status is None else status,
                 (old.rows if rows is None else rows) + add_rows,
-                {**old.detail, **(detail or {})},
+                {**({} if fresh else old.detail), **(detail or {})},
             )
             return replace(progress, objects={**progress.objects, object: new})
 
@@ -521,6 +526,16 @@ class StreamCatalog:
                 continue  # another writer was first: apply ours to what it wrote
             return updated
         raise self._contended(name)
+
+    # -- backfill jobs -----------------------------------------------------------------------
+
+    def start_backfill(self, name: str, object: str, where: str | None = None) -> ObjectBackfill:
+        """Start the backfill job of ``object`` (see :func:`backfill_jobs.start_backfill`)."""
+        return backfill_jobs.start_backfill(self, name, object, where)
+
+    def stop_backfill(self, name: str, object: str) -> ObjectBackfill:
+        """Stop the backfill job of ``object`` (see :func:`backfill_jobs.stop_backfill`)."""
+        return backfill_jobs.stop_backfill(self, name, object)
 
     # -- describe ----------------------------------------------------------------------------
 
@@ -547,6 +562,7 @@ class StreamCatalog:
                     "table": objects.get(obj),
                     "status": default if entry is None else entry.status,
                     "rows": 0 if entry is None else entry.rows,
+                    "backfill_job": backfill_job(definition, entry, obj in objects),
                 }
             )
         last = progress.last_commit_timestamp

@@ -16,7 +16,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import pyarrow as pa
 from pyspark import TaskContext
@@ -225,6 +225,8 @@ class BackfillTask:
     database: str
     token: str | None
     table: str
+    #: A filtered re-snapshot's keys: only these rows become events (None: every row).
+    kept: frozenset[tuple[Any, ...]] | None = None
 
     def __call__(self, chunks: Iterable[Chunk]) -> Iterator[Summary]:
         table = self.plan.tables[self.table]
@@ -235,9 +237,13 @@ class BackfillTask:
                 columns = [c.name for c in table.columns]
                 snapshot = db.read_snapshot(self.table, chunk.key_range(), columns)
                 at = snapshot.read_timestamp
+                rows = snapshot.rows
+                if self.kept is not None:
+                    key = [columns.index(k) for k in table.primary_key]
+                    rows = [r for r in rows if tuple(r[i] for i in key) in self.kept]
                 origin = self.plan.origins.get(self.table)
                 events = backfill_events(
-                    self.plan.stream_name, self.plan.schema, table, snapshot.rows, at, at, origin
+                    self.plan.stream_name, self.plan.schema, table, rows, at, at, origin
                 )
                 writer = self.plan.writer(BACKFILL_LANE, chunk.index, 0)
                 try:

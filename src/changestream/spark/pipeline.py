@@ -38,6 +38,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
 from changestream.clock import format_ts, now_us
+from changestream.datastream.backfill_jobs import ACTIVE_STATUSES, WHERE, filtered_keys
 from changestream.datastream.catalog import CDC_GENERATION, ObjectBackfill, StreamCatalog
 from changestream.datastream.definition import StreamDefinition
 from changestream.datastream.segments import due, pending_lanes
@@ -541,45 +542,71 @@ class SparkPipeline:
         )
 
     def _backfill(self, spark: SparkSession, plan: TaskPlan) -> None:
-        """Backfill every object of ``plan`` that needs it, in waves of chunks read by tasks."""
-        if self.definition.backfill == "none":
-            return
-        tables = plan.tables
+        """Run the backfill job of every object of ``plan`` that has one to run (an automatic
+        stream's objects, and those started with ``streams backfill start``), in waves of
+        chunks read by tasks; a job stopped meanwhile ends before its next wave."""
         progress = self.catalog.progress(self.name)
         wave = max(2, spark.sparkContext.defaultParallelism * 2)
-        for table in tables.values():
+        for table in plan.tables.values():
             obj = self.definition.object_name(table.name)
-            entry = progress.objects.get(obj, ObjectBackfill())
-            if entry.status == "done":
+            entry = progress.objects.get(obj)
+            if entry is None:
+                if self.definition.backfill != "automatic":
+                    continue
+                entry = ObjectBackfill()
+            if entry.status not in ACTIVE_STATUSES:
                 continue
-            codec = KeyCodec(table)
-            if PLAN not in entry.detail:
-                boundaries = plan_boundaries(self.db, table, self.options.chunk_rows)
-                detail = {PLAN: [codec.dump(b) for b in boundaries]}
-                entry = self.catalog.set_object_backfill(
-                    self.name, obj, "running", rows=0, detail=detail
-                )
-            planned = chunks([codec.load(b) for b in entry.detail[PLAN]])
-            todo = [c for c in planned if f"{DONE_PREFIX}{c.index}" not in entry.detail]
-            log.info("backfill %s: %d of %d chunks to read", obj, len(todo), len(planned))
-            task = BackfillTask(plan, self.database, self.options.token, table.name)
-            for first in range(0, len(todo), wave):
-                part = todo[first : first + wave]
-                rdd = spark.sparkContext.parallelize(part, len(part)).mapPartitions(task)
-                rows = self._attempts(obj, rdd.collect)
-                summary = [dict(zip(SUMMARY_SCHEMA.names, row, strict=True)) for row in rows]
-                self._merge(plan, summary, f"backfill-{obj}")
-                done = [row for row in summary if row["kind"] == "chunk"]
-                self.catalog.set_object_backfill(
-                    self.name,
-                    obj,
-                    "running",
-                    add_rows=sum(row["events"] for row in done),
-                    detail={f"{DONE_PREFIX}{row['seq']}": row["read_timestamp"] for row in done},
-                )
-                self.catalog.update_progress(self.name, add_rows=sum(row["events"] for row in done))
-                self._publish(spark, force=False)
-            self.catalog.set_object_backfill(self.name, obj, "done")
+            try:
+                self._backfill_object(spark, plan, table, obj, entry, wave)
+            except Exception:
+                self.catalog.set_object_backfill(self.name, obj, "failed")
+                raise
+
+    def _backfill_object(
+        self,
+        spark: SparkSession,
+        plan: TaskPlan,
+        table: Table,
+        obj: str,
+        entry: ObjectBackfill,
+        wave: int,
+    ) -> None:
+        codec = KeyCodec(table)
+        if PLAN not in entry.detail:
+            boundaries = plan_boundaries(self.db, table, self.options.chunk_rows)
+            detail = {PLAN: [codec.dump(b) for b in boundaries]}
+            entry = self.catalog.set_object_backfill(
+                self.name, obj, "running", rows=0, detail=detail
+            )
+        elif entry.status == "pending":  # started again: goes on with the chunks unread
+            entry = self.catalog.set_object_backfill(self.name, obj, "running")
+        planned = chunks([codec.load(b) for b in entry.detail[PLAN]])
+        todo = [c for c in planned if f"{DONE_PREFIX}{c.index}" not in entry.detail]
+        log.info("backfill %s: %d of %d chunks to read", obj, len(todo), len(planned))
+        where = entry.detail.get(WHERE)
+        kept = None if where is None else filtered_keys(self.db, table, where)
+        task = BackfillTask(plan, self.database, self.options.token, table.name, kept)
+        for first in range(0, len(todo), wave):
+            current = self.catalog.progress(self.name).objects.get(obj)
+            if current is not None and current.status == "stopped":
+                log.info("backfill %s stopped with %d chunks unread", obj, len(todo) - first)
+                return
+            part = todo[first : first + wave]
+            rdd = spark.sparkContext.parallelize(part, len(part)).mapPartitions(task)
+            rows = self._attempts(obj, rdd.collect)
+            summary = [dict(zip(SUMMARY_SCHEMA.names, row, strict=True)) for row in rows]
+            self._merge(plan, summary, f"backfill-{obj}")
+            done = [row for row in summary if row["kind"] == "chunk"]
+            self.catalog.set_object_backfill(
+                self.name,
+                obj,
+                None,  # a stop that came during the wave stays
+                add_rows=sum(row["events"] for row in done),
+                detail={f"{DONE_PREFIX}{row['seq']}": row["read_timestamp"] for row in done},
+            )
+            self.catalog.update_progress(self.name, add_rows=sum(row["events"] for row in done))
+            self._publish(spark, force=False)
+        self.catalog.set_object_backfill(self.name, obj, "done")  # every chunk is read
 
 
 def run_pipeline(
