@@ -442,3 +442,36 @@ def test_an_append_only_replica_keeps_every_event_in_order(tmp_path: Path) -> No
     stamps = [stamp for *_, stamp in rows]
     assert stamps == sorted(stamps) and all(s.tzinfo is not None for s in stamps)
     assert DeltaReplica(tmp_path, "db", "KV").table.primary_key == ("K",)
+
+
+def test_an_append_only_replica_writes_the_row_before_an_update_when_records_hold_it(
+    tmp_path: Path,
+) -> None:
+    history = HistoryReplica(tmp_path, "db", KVW)
+
+    def mod(ts: int, kind: str, new: dict[str, Any], old: dict[str, Any]) -> CdcMod:
+        return CdcMod(ts, str(ts), "0", 0, kind, {"K": 1}, new, old)
+
+    events = cdc_events(
+        "s",
+        "db",
+        KVW,
+        [
+            mod(10, "INSERT", {"V": "a", "W": "5"}, {}),
+            mod(20, "UPDATE", {"V": "a2", "W": "5"}, {"V": "a"}),  # NEW_ROW_AND_OLD_VALUES
+            mod(30, "UPDATE", {"V": "a3", "W": "6"}, {}),  # NEW_ROW: no old values
+            mod(40, "DELETE", {}, {"V": "a3", "W": "6"}),
+        ],
+        T0,
+    )
+    assert events[1].row_before() == {"K": 1, "V": "a", "W": 5}
+    assert events[2].row_before() is None
+    assert history.apply(events).inserted == 5
+    assert history.apply(events).inserted == 0  # replayed: nothing appended
+    assert [row[:4] for row in history.read_rows()] == [
+        (1, "a", 5, "INSERT"),
+        (1, "a", 5, "UPDATE-DELETE"),
+        (1, "a2", 5, "UPDATE-INSERT"),
+        (1, "a3", 6, "UPDATE-INSERT"),
+        (1, "a3", 6, "DELETE"),
+    ]

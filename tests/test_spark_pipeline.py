@@ -555,10 +555,22 @@ def test_an_append_only_replica_holds_one_row_per_event_in_order(
     with changestream.open(path) as db:
         table = next(t for t in db.tables() if t.name == "Items")
     history = HistoryReplica(tmp_path / "replica", "source", table).read_rows()
-    # The backfill reads the 4 rows left after the changes; CDC adds the update and delete.
-    assert len(history) == len(events) == 6
-    assert sorted(row[-2] for row in history) == ["DELETE", *["INSERT"] * 4, "UPDATE-INSERT"]
-    assert [row[0] for row in history] == [e["payload"]["Id"] for e in events]  # in order
+    # The backfill reads the 4 rows left after the changes; CDC adds the update (the row
+    # before and after it: the stream captures old values) and the delete.
+    assert len(history) == len(events) + 1 == 7
+    assert sorted(row[-2] for row in history) == [
+        "DELETE",
+        *["INSERT"] * 4,
+        "UPDATE-DELETE",
+        "UPDATE-INSERT",
+    ]
+    ids = [row[0] for row in history if row[-2] != "UPDATE-DELETE"]
+    assert ids == [e["payload"]["Id"] for e in events]  # in order
+    qty = [c.name for c in table.columns].index("Qty")
+    at = [row[-2] for row in history].index("UPDATE-DELETE")
+    before, after = history[at], history[at + 1]
+    assert (before[0], after[0], after[-2]) == (1, 1, "UPDATE-INSERT")
+    assert before[qty] != 100 and after[qty] == 100
 
 
 def test_an_object_added_by_streams_update_is_backfilled_and_followed(

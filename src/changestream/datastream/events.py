@@ -193,6 +193,17 @@ class Event:
     #: The payload as the change record holds it (CDC events): written to JSON files as it is
     #: but for JSON columns, rather than encoded again from ``payload``.
     record_payload: dict[str, Any] | None = field(default=None, repr=False, compare=False)
+    #: An UPDATE's old values as the change record holds them (the columns it changed, with
+    #: ``NEW_ROW_AND_OLD_VALUES`` capture), for :meth:`row_before`; None otherwise.
+    record_old_values: Mapping[str, Any] | None = field(default=None, repr=False, compare=False)
+
+    def row_before(self) -> dict[str, Any] | None:
+        """An UPDATE's whole row before it (the payload with the changed columns' old
+        values), decoded as ``payload`` is; None when the record holds no old values."""
+        if not self.record_old_values or self.record_payload is None:
+            return None
+        plan = table_plan(self.table, self.source_metadata.flavor)
+        return _decode_row(plan, self.table, (self.record_payload, self.record_old_values))[1]
 
     @property
     def is_deleted(self) -> bool:
@@ -506,6 +517,7 @@ class _CdcBuilder:
             payload=row,
             table=table,
             record_payload=stored,
+            record_old_values=old_values if mod_type == "UPDATE" and old_values else None,
         )
 
 

@@ -2,14 +2,16 @@
 
 Datastream's BigQuery "append-only" write mode: instead of one row per key equal to the
 source (:class:`~changestream.spark.replica.DeltaReplica`), each event is appended with its
-change type — ``INSERT`` (a backfilled or inserted row), ``UPDATE-INSERT`` (the row after an
-update) or ``DELETE`` (the row's last image, or only its key with ``NEW_ROW`` capture) — its
-``source_timestamp`` and its ``sort_keys``. Events carry the row after the change, so the
-``UPDATE-DELETE`` image of the row before an update is not written.
+change type — ``INSERT`` (a backfilled or inserted row), ``UPDATE-DELETE`` and
+``UPDATE-INSERT`` (the row before and after an update) or ``DELETE`` (the row's last image, or
+only its key with ``NEW_ROW`` capture) — its ``source_timestamp`` and its ``sort_keys``. The
+row before an update comes from the change record's old values, so it is written when the
+change stream captures them (``NEW_ROW_AND_OLD_VALUES``); with ``NEW_ROW`` an update has its
+``UPDATE-INSERT`` row only.
 
-Appending is idempotent: a MERGE inserts only events whose (sort key, uuid) is not there yet,
-so a replayed batch adds nothing; the sort key, which grows with commit order, lets it skip
-the files of older events by their statistics.
+Appending is idempotent: a MERGE inserts only rows whose (sort key, uuid, change type) is not
+there yet, so a replayed batch adds nothing; the sort key, which grows with commit order, lets
+it skip the files of older events by their statistics.
 """
 
 from __future__ import annotations
@@ -31,12 +33,15 @@ from changestream.spark.replica import (
     UUID_COLUMN,
     ApplyStats,
     DeltaReplica,
+    sort_key_texts,
     delta_rows,
     source_fields,
 )
 
 #: An event's change type in the history, Datastream's names.
-_CHANGE_TYPES: Final = {"INSERT": "INSERT", "UPDATE": "UPDATE-INSERT", "DELETE": "DELETE"}
+UPDATE_INSERT: Final = "UPDATE-INSERT"
+UPDATE_DELETE: Final = "UPDATE-DELETE"
+_CHANGE_TYPES: Final = {"INSERT": "INSERT", "UPDATE": UPDATE_INSERT, "DELETE": "DELETE"}
 
 
 class HistoryReplica(DeltaReplica):
@@ -55,29 +60,36 @@ class HistoryReplica(DeltaReplica):
         )
 
     def source_rows(self, events: Sequence[Event]) -> pa.Table:
-        """Every event of ``events`` as a row, in ``sort_keys`` order."""
+        """Every event of ``events`` as a row (an update with its old values as two), in
+        ``sort_keys`` order."""
         for event in events:
             self._check_belongs(event)
         if not events:
             return self.schema.empty_table()
-        return self._source(sorted(events, key=lambda e: e.sort_keys))
+        rows: list[tuple[Event, dict[str, Any], str]] = []
+        for event in sorted(events, key=lambda e: e.sort_keys):
+            change = _CHANGE_TYPES.get(event.source_metadata.change_type, "INSERT")
+            if event.is_deleted:
+                change = "DELETE"
+            elif change == UPDATE_INSERT:
+                before = event.row_before()
+                if before is not None:
+                    rows.append((event, before, UPDATE_DELETE))
+            rows.append((event, event.payload, change))
+        columns = self._payload_columns([payload for _, payload, _ in rows])
+        columns += (
+            sort_key_texts([event.sort_keys for event, _, _ in rows]),
+            pa.array([event.uuid for event, _, _ in rows], pa.string()),
+        )
+        columns.append(pa.array([change for _, _, change in rows], pa.string()))
+        columns.append(
+            pa.array([event.source_timestamp for event, _, _ in rows], pa.timestamp("us", tz="UTC"))
+        )
+        return pa.Table.from_arrays(columns, schema=self.schema)
 
     def staged(self, parts: list[pa.Table]) -> pa.Table:
         """Every row of the parts: the history keeps each event."""
         return pa.concat_tables(parts)
-
-    def _bookkeeping(self, events: list[Event]) -> list[pa.Array]:
-        sort_keys, uuids = super()._bookkeeping(events)[:2]
-        change_types = [
-            "DELETE" if e.is_deleted else _CHANGE_TYPES.get(e.source_metadata.change_type, "INSERT")
-            for e in events
-        ]
-        return [
-            sort_keys,
-            uuids,
-            pa.array(change_types, pa.string()),
-            pa.array([e.source_timestamp for e in events], pa.timestamp("us", tz="UTC")),
-        ]
 
     def apply_arrow(self, source: pa.Table) -> ApplyStats:
         """Append the rows (from several tasks) not appended already."""
@@ -89,7 +101,8 @@ class HistoryReplica(DeltaReplica):
         metrics = (
             delta.merge(
                 source,
-                f"t.{SORT_KEY_COLUMN} = s.{SORT_KEY_COLUMN} AND t.{UUID_COLUMN} = s.{UUID_COLUMN}",
+                f"t.{SORT_KEY_COLUMN} = s.{SORT_KEY_COLUMN} AND t.{UUID_COLUMN} = s.{UUID_COLUMN}"
+                f" AND t.{CHANGE_TYPE_COLUMN} = s.{CHANGE_TYPE_COLUMN}",
                 source_alias="s",
                 target_alias="t",
                 merge_schema=True,
@@ -109,7 +122,9 @@ class HistoryReplica(DeltaReplica):
         except TableNotFoundError:
             return []
         data = delta_rows(delta)
-        data = data.take(pc.sort_indices(data, [(SORT_KEY_COLUMN, "ascending")]))
+        # An update's two rows share a sort key: UPDATE-DELETE sorts before UPDATE-INSERT.
+        order = [(SORT_KEY_COLUMN, "ascending"), (CHANGE_TYPE_COLUMN, "ascending")]
+        data = data.take(pc.sort_indices(data, order))
         columns = self._source_values(data)
         columns.append(data[CHANGE_TYPE_COLUMN].to_pylist())
         columns.append(data[SOURCE_TIMESTAMP_COLUMN].to_pylist())

@@ -99,7 +99,7 @@ def sort_key_text(sort_keys: Sequence[int]) -> str:
     return "{:019d}-{:019d}-{:019d}-{:019d}".format(*sort_keys)
 
 
-def _sort_key_texts(sort_keys: list[tuple[int, int, int, int]]) -> pa.Array:
+def sort_key_texts(sort_keys: list[tuple[int, int, int, int]]) -> pa.Array:
     """:func:`sort_key_text` of many sort keys, in Arrow (a Python loop costs more than the
     MERGE for large batches)."""
     parts = [pa.array(column, pa.int64()) for column in zip(*sort_keys, strict=True)]
@@ -375,8 +375,13 @@ class DeltaReplica:
         return DeltaTable(str(self.path))
 
     def _source(self, events: list[Event]) -> pa.Table:
+        columns = self._payload_columns([event.payload for event in events])
+        columns += self._bookkeeping(events)
+        return pa.Table.from_arrays(columns, schema=self.schema)
+
+    def _payload_columns(self, payloads: list[dict[str, Any]]) -> list[pa.Array]:
+        """The source's columns of rows given as payloads, in Arrow."""
         columns: list[pa.Array] = []
-        payloads = [event.payload for event in events]
         for column, convert, field in zip(
             self.table.columns, self._to_arrow, self.schema, strict=False
         ):
@@ -386,13 +391,12 @@ class DeltaReplica:
             else:
                 values = [convert(payload[name]) for payload in payloads]
             columns.append(pa.array(values, type=field.type))
-        columns += self._bookkeeping(events)
-        return pa.Table.from_arrays(columns, schema=self.schema)
+        return columns
 
     def _bookkeeping(self, events: list[Event]) -> list[pa.Array]:
         """The values of the bookkeeping columns (after the source's) for ``events``."""
         return [
-            _sort_key_texts([e.sort_keys for e in events]),
+            sort_key_texts([e.sort_keys for e in events]),
             pa.array([e.uuid for e in events], pa.string()),
             pa.array([e.is_deleted for e in events], pa.bool_()),
         ]
