@@ -33,8 +33,8 @@ from changestream.spark.replica import (
     UUID_COLUMN,
     ApplyStats,
     DeltaReplica,
-    sort_key_texts,
     delta_rows,
+    sort_key_texts,
     source_fields,
 )
 
