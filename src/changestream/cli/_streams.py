@@ -133,6 +133,13 @@ _FORCE = click.option("--force", is_flag=True, help="Skip validation.")
     "merge: the replica equals the source, one row per key; append-only: every event "
     "is appended with its change type (the history).",
 )
+@click.option(
+    "--data-freshness",
+    type=float,
+    metavar="SECONDS",
+    help="Bound how long a change may wait before the replica reflects it (Datastream's "
+    "staleness limit): a micro-batch every third of it.",
+)
 @_VALIDATE_ONLY
 @_FORCE
 def create(
@@ -151,6 +158,7 @@ def create(
     compression: str,
     schema_file: str,
     replica_mode: str,
+    data_freshness: float | None,
     validate_only: bool,
     force: bool,
 ) -> None:
@@ -181,6 +189,7 @@ def create(
             compression=compression,
             schema_file=schema_file,
             replica_mode=replica_mode,
+            data_freshness=data_freshness,
         )
         catalog = StreamCatalog(db)
         if (validate_only or not force) and _validated(
@@ -210,6 +219,13 @@ def create(
 @click.option("--file-rotation-interval", type=float, metavar="SECONDS", help="...or this age.")
 @click.option("--backfill", type=click.Choice(["automatic", "none"]), help="For added objects.")
 @click.option("--replica-dropped-columns", type=click.Choice(["keep", "drop"]))
+@click.option(
+    "--data-freshness",
+    type=float,
+    metavar="SECONDS",
+    help="Bound how long a change may wait before the replica reflects it (Datastream's "
+    "staleness limit): a micro-batch every third of it.",
+)
 @_VALIDATE_ONLY
 @_FORCE
 def update(
@@ -224,6 +240,7 @@ def update(
     file_rotation_interval: float | None,
     backfill: str | None,
     replica_dropped_columns: str | None,
+    data_freshness: float | None,
     validate_only: bool,
     force: bool,
 ) -> None:
@@ -245,6 +262,7 @@ def update(
         "file_rotation_interval": file_rotation_interval,
         "backfill": backfill,
         "replica_dropped_columns": replica_dropped_columns,
+        "data_freshness": data_freshness,
     }
     changes = {field: value for field, value in given.items() if value is not None}
     with open_database(db_path) as db:
@@ -294,6 +312,16 @@ def list_streams(db_path: str, as_json: bool) -> None:
     _print(table)
 
 
+def _freshness(freshness: dict[str, Any]) -> str:
+    limit = freshness["limit_seconds"]
+    shown = "no limit" if limit is None else f"limit {limit:g}s"
+    if "max_seconds" in freshness:
+        shown += (
+            f"; observed {freshness['last_seconds']:.1f}s, at most {freshness['max_seconds']:.1f}s"
+        )
+    return shown
+
+
 def _attached(pipeline: dict[str, Any] | None) -> str:
     if pipeline is None:
         return "not attached (no `pipeline run` is running)"
@@ -329,6 +357,7 @@ def describe(name: str, db_path: str, as_json: bool) -> None:
         ("last recovery", described["cdc_recovered_at"] or "-"),
         ("pipeline", _attached(described["pipeline"])),
         ("lag", "-" if lag is None else f"{lag:.1f}s"),
+        ("data freshness", _freshness(described["data_freshness"])),
     ):
         summary.add_row(label, value)
     objects = Table("object", "table", "backfill job", "filter", "rows")

@@ -49,6 +49,8 @@ BACKFILL_STATUSES = ("pending", "running", "done", "stopped", "failed")
 #: ``StreamProgress.detail`` keys: the last micro-batch counted, and the attached runner.
 LAST_BATCH = "last_batch_id"
 RUNNER = "runner"
+#: ``StreamProgress.detail`` key: the data freshness the pipeline observed.
+FRESHNESS = "freshness"
 #: How many times CDC was restarted from a chosen position: each restart reads into a
 #: checkpoint of its own (see ``SparkPipeline``), and the time of the last one.
 CDC_GENERATION = "cdc_generation"
@@ -587,4 +589,8 @@ class StreamCatalog:
                 else None
             ),
             "lag_seconds": runner["lag"] if attached else None,
+            "data_freshness": {
+                "limit_seconds": definition.data_freshness,
+                **(progress.detail.get(FRESHNESS) or {}),
+            },
         }

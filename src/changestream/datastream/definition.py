@@ -125,7 +125,11 @@ class StreamDefinition:
     (one row per key, equal to the source) or ``"append-only"`` (every event a row).
     ``replica_dropped_columns`` says what the replica does with a column dropped from the
     source: ``"keep"`` it (nullable, with the values it had) or ``"drop"`` it (the Delta table
-    is rewritten without it at its next change). ``created_at`` (µs) is set by the catalog.
+    is rewritten without it at its next change). ``data_freshness`` (seconds, Datastream's
+    staleness limit) bounds how long a change may wait before the replica reflects it: the
+    pipeline runs a micro-batch every third of it, so changes are grouped into fewer, larger
+    batches the looser it is (None: every ``pipeline run --trigger-seconds``). ``created_at``
+    (µs) is set by the catalog.
     """
 
     name: str
@@ -143,6 +147,7 @@ class StreamDefinition:
     compression: str = "none"
     replica_mode: str = "merge"
     schema_file: str = "none"
+    data_freshness: float | None = None
     created_at: int = 0
 
     def __post_init__(self) -> None:
@@ -190,6 +195,15 @@ class StreamDefinition:
                 raise InvalidArgument(
                     f"{label} must be between {low:g} and {high:g}, got {value!r}"
                 )
+        if self.data_freshness is not None and (
+            isinstance(self.data_freshness, bool)
+            or not isinstance(self.data_freshness, int | float)
+            or not 1.0 <= self.data_freshness <= 86400.0
+        ):
+            raise InvalidArgument(
+                "data_freshness must be a number of seconds between 1 and 86400 (or None), "
+                f"got {self.data_freshness!r}"
+            )
         if self.replica is not None and (not isinstance(self.replica, str) or not self.replica):
             raise InvalidArgument(f"replica must be a directory or None, got {self.replica!r}")
         if self.replica is not None and _same_dir(self.replica, self.destination):

@@ -199,9 +199,12 @@ class CdcTask:
         writer = self.plan.writer(CDC_LANE, self.batch_id, task)
         staging = _Staging(self.plan)
         db = open_database(self.database, self.token)
+        oldest: int | None = None
         try:
             for batch in batches:
                 tokens, starts, ends = (batch.column(i).to_pylist() for i in range(3))
+                if starts:
+                    oldest = min(starts) if oldest is None else min(oldest, *starts)
                 for token, start, end in zip(tokens, starts, ends, strict=True):
                     read = ReadRange(token, start, end)
                     for events in range_events(self.plan, db, self.change_stream, read):
@@ -214,7 +217,14 @@ class CdcTask:
             db.close()
         rows = _segments(writer.close(), self.batch_id)
         rows += staging.write(f"cdc-{self.batch_id}", task)
+        if oldest is not None:
+            # Where the task's read ranges begin: no change it read is older.
+            rows.append((WINDOW, "*", "", 0, self.batch_id, oldest))
         yield _summary(rows)
+
+
+#: The summary row kind of a CDC task's read window (``read_timestamp``: where it begins).
+WINDOW: Final = "window"
 
 
 @dataclass(frozen=True, slots=True)

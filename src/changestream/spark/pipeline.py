@@ -39,7 +39,12 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 from changestream.clock import format_ts, now_us
 from changestream.datastream.backfill_jobs import ACTIVE_STATUSES, WHERE, filtered_keys
-from changestream.datastream.catalog import CDC_GENERATION, ObjectBackfill, StreamCatalog
+from changestream.datastream.catalog import (
+    CDC_GENERATION,
+    FRESHNESS,
+    ObjectBackfill,
+    StreamCatalog,
+)
 from changestream.datastream.definition import StreamDefinition
 from changestream.datastream.segments import due, pending_lanes
 from changestream.datastream.states import StreamState
@@ -73,6 +78,7 @@ from changestream.spark._session import local_session
 from changestream.spark._tasks import (
     SUMMARY_DDL,
     SUMMARY_SCHEMA,
+    WINDOW,
     BackfillTask,
     CdcTask,
     PublishTask,
@@ -313,9 +319,17 @@ class SparkPipeline:
             writer = writer.trigger(availableNow=True)
         else:
             writer = writer.trigger(
-                processingTime=f"{int(self.options.trigger_seconds * 1000)} milliseconds"
+                processingTime=f"{int(self.trigger_seconds * 1000)} milliseconds"
             )
         return writer.start()
+
+    @property
+    def trigger_seconds(self) -> float:
+        """The micro-batch interval: a third of the stream's data freshness when it has one
+        (a change waits at most that long for its batch, which has the rest to land it), else
+        the options' ``trigger_seconds``."""
+        freshness = self.definition.data_freshness
+        return self.options.trigger_seconds if freshness is None else freshness / 3
 
     def _monitor(
         self, spark: SparkSession, query: StreamingQuery, target: int | None, drain: bool = True
@@ -448,6 +462,9 @@ class SparkPipeline:
             self._publish(spark, force=False)
             events = sum(row["events"] for row in summary if row["kind"] == "events")
             self.catalog.update_progress(self.name, add_rows=events, batch_id=batch_id)
+            windows = [row["read_timestamp"] for row in summary if row["kind"] == WINDOW]
+            if windows and events:
+                self._record_freshness((now_us() - min(windows)) / 1e6)
         except BatchError as error:
             self._failure = error
             raise
@@ -455,6 +472,24 @@ class SparkPipeline:
             message, retriable = classify(exc)
             self._failure = BatchError("*", message, retriable)
             raise
+
+    def _record_freshness(self, seconds: float) -> None:
+        """Note how long the oldest change a micro-batch could hold waited until the replica
+        and files reflected it (its read window's start to now: an upper bound)."""
+        limit = self.definition.data_freshness
+        if limit is not None and seconds > limit:
+            log.warning(
+                "stream %s: data freshness %.1f s, above its %.0f s", self.name, seconds, limit
+            )
+        previous = self.catalog.progress(self.name).detail.get(FRESHNESS) or {}
+        observed = {
+            "last_seconds": round(seconds, 3),
+            "max_seconds": round(max(seconds, previous.get("max_seconds", 0.0)), 3),
+            "batches": int(previous.get("batches", 0)) + 1,
+            "over_limit": int(previous.get("over_limit", 0))
+            + int(limit is not None and seconds > limit),
+        }
+        self.catalog.update_progress(self.name, detail={FRESHNESS: observed})
 
     def _cdc_task(self, plan: TaskPlan, batch_id: int) -> CdcTask:
         return CdcTask(
