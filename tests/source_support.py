@@ -3,6 +3,11 @@ source's copy, and a workload in a thread."""
 
 from __future__ import annotations
 
+import os
+import random
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -54,3 +59,27 @@ class Writer(threading.Thread):
         super().join(timeout)
         if self.error is not None:
             raise self.error
+
+
+def start_connector(path: str, name: str = "Bank") -> subprocess.Popen[bytes]:
+    """``changestream sources run NAME --db PATH`` in a process of its own."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "changestream", "sources", "run", name, "--db", path],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+
+
+def kill_while_writing(path: str, writer: threading.Thread, at_least: int = 20) -> int:
+    """Start the connector and SIGKILL it at a random moment, again and again, while
+    ``writer`` writes (and at least ``at_least`` times); how many times it was killed."""
+    rng = random.Random(5)
+    kills = 0
+    while writer.is_alive() or kills < at_least:
+        process = start_connector(path)
+        time.sleep(rng.uniform(0.4, 1.5))
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=30)
+        kills += 1
+    return kills

@@ -7,11 +7,8 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
-import os
 import random
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -37,7 +34,13 @@ from tests.mariadb_support import (  # noqa: F401
     start_server,
     stop_server,
 )
-from tests.source_support import Writer, captured_transactions, wait_until_streaming
+from tests.source_support import (
+    Writer,
+    captured_transactions,
+    kill_while_writing,
+    start_connector,
+    wait_until_streaming,
+)
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -233,20 +236,7 @@ def test_a_connector_killed_again_and_again_loses_and_repeats_nothing(
         run_source(db, "Bank", until_caught_up=True)
     writer = Writer(_workload, source_dsn, 3, 400, None, 0.03)
     writer.start()
-    rng = random.Random(5)
-    kills = 0
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    while writer.is_alive() or kills < 20:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "changestream", "sources", "run", "Bank", "--db", path],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            env=env,
-        )
-        time.sleep(rng.uniform(0.4, 1.5))
-        process.send_signal(signal.SIGKILL)
-        process.wait(timeout=30)
-        kills += 1
+    kills = kill_while_writing(path, writer)
     writer.join()
     with changestream.open(path) as db:
         _run_when_released(db)
@@ -420,11 +410,7 @@ def test_a_connector_killed_during_its_copy_resumes_it_and_misses_nothing(
     path = str(tmp_path / "copy.db")
     with changestream.open(path) as db:
         add_source(db, "Bank", mysql=source_dsn)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "changestream", "sources", "run", "Bank", "--db", path],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    process = start_connector(path)
     with changestream.open(path) as db:
         deadline = time.monotonic() + 60
         while _mirror_count(db, database) == 0:  # the copy has begun

@@ -93,18 +93,7 @@ def test_postgres_changes_land_as_events_with_postgres_metadata_and_a_replica(
     finally:
         postgres_server.drop_slots()
     ((xid,),) = written
-    backfill = [e for e in events if e["read_method"] == "postgresql-backfill"]
-    cdc = sorted(
-        (e for e in events if e["read_method"] == "postgresql-cdc-wal"),
-        key=lambda e: e["sort_keys"],
-    )
-    assert len(backfill) + len(cdc) == len(events)
-    assert {e["payload"]["id"] for e in backfill} == {1, 2}  # the mirror as the stream began
-    assert [(e["source_metadata"]["change_type"], e["payload"]["id"]) for e in cdc] == [
-        ("INSERT", 3),
-        ("UPDATE", 1),
-        ("DELETE", 2),
-    ]
+    backfill, cdc = _split(events, "postgresql-backfill", "postgresql-cdc-wal")
     for event in events:
         metadata = event["source_metadata"]
         assert list(metadata) == POSTGRES_METADATA
@@ -121,6 +110,25 @@ def test_postgres_changes_land_as_events_with_postgres_metadata_and_a_replica(
     replica = DeltaReplica(tmp_path / "replica", "bank", schema).read_rows()
     source = _execute(dsn, "SELECT id, owner, balance FROM accounts ORDER BY id")
     assert sorted(replica) == [tuple(row) for row in source]
+
+
+def _split(
+    events: list[dict[str, Any]], backfill_method: str, cdc_method: str
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The backfill events (the mirror as the stream began: rows 1 and 2) and the CDC events
+    in order (the insert of 3, the update of 1 and the delete of 2), checked."""
+    backfill = [e for e in events if e["read_method"] == backfill_method]
+    cdc = sorted(
+        (e for e in events if e["read_method"] == cdc_method), key=lambda e: e["sort_keys"]
+    )
+    assert len(backfill) + len(cdc) == len(events)
+    assert {e["payload"]["id"] for e in backfill} == {1, 2}
+    assert [(e["source_metadata"]["change_type"], e["payload"]["id"]) for e in cdc] == [
+        ("INSERT", 3),
+        ("UPDATE", 1),
+        ("DELETE", 2),
+    ]
+    return backfill, cdc
 
 
 def _land(
@@ -183,17 +191,7 @@ def test_mysql_changes_land_as_events_with_mysql_metadata_and_a_replica(
             conn.close()
 
     events = _land(spark, tmp_path, path, "Bank", file_format, write)
-    backfill = [e for e in events if e["read_method"] == "mysql-backfill"]
-    cdc = sorted(
-        (e for e in events if e["read_method"] == "mysql-cdc-binlog"), key=lambda e: e["sort_keys"]
-    )
-    assert len(backfill) + len(cdc) == len(events)
-    assert {e["payload"]["id"] for e in backfill} == {1, 2}
-    assert [(e["source_metadata"]["change_type"], e["payload"]["id"]) for e in cdc] == [
-        ("INSERT", 3),
-        ("UPDATE", 1),
-        ("DELETE", 2),
-    ]
+    backfill, cdc = _split(events, "mysql-backfill", "mysql-cdc-binlog")
     for event in events:
         metadata = event["source_metadata"]
         assert list(metadata) == MYSQL_METADATA

@@ -62,6 +62,13 @@ _VALIDATE_ONLY = click.option(
     "nothing; exits 2 when a check fails.",
 )
 _FORCE = click.option("--force", is_flag=True, help="Skip validation.")
+_DATA_FRESHNESS = click.option(
+    "--data-freshness",
+    type=float,
+    metavar="SECONDS",
+    help="Bound how long a change may wait before the replica reflects it (Datastream's "
+    "staleness limit): a micro-batch every third of it.",
+)
 
 
 @streams.command()
@@ -133,13 +140,7 @@ _FORCE = click.option("--force", is_flag=True, help="Skip validation.")
     "merge: the replica equals the source, one row per key; append-only: every event "
     "is appended with its change type (the history).",
 )
-@click.option(
-    "--data-freshness",
-    type=float,
-    metavar="SECONDS",
-    help="Bound how long a change may wait before the replica reflects it (Datastream's "
-    "staleness limit): a micro-batch every third of it.",
-)
+@_DATA_FRESHNESS
 @_VALIDATE_ONLY
 @_FORCE
 def create(
@@ -219,13 +220,7 @@ def create(
 @click.option("--file-rotation-interval", type=float, metavar="SECONDS", help="...or this age.")
 @click.option("--backfill", type=click.Choice(["automatic", "none"]), help="For added objects.")
 @click.option("--replica-dropped-columns", type=click.Choice(["keep", "drop"]))
-@click.option(
-    "--data-freshness",
-    type=float,
-    metavar="SECONDS",
-    help="Bound how long a change may wait before the replica reflects it (Datastream's "
-    "staleness limit): a micro-batch every third of it.",
-)
+@_DATA_FRESHNESS
 @_VALIDATE_ONLY
 @_FORCE
 def update(

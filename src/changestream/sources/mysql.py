@@ -13,16 +13,16 @@ changes up to that snapshot idempotently. A lost connection ends the run with
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from changestream.errors import NotFound, Unavailable
+from changestream.errors import NotFound
 from changestream.sources import binlog_rows, mysql_catalog
+from changestream.sources.connector import COPY_CHUNK_ROWS, Connector, Row
 from changestream.sources.definition import MirroredTable, SourceDefinition, SourcePosition
-from changestream.sources.mirror import Mirror, RowChange, SourceTransaction
+from changestream.sources.mirror import RowChange, SourceTransaction
 from changestream.sources.mysql_types import (
     Convert,
     MySqlColumn,
@@ -35,15 +35,12 @@ from changestream.sources.summary import Progress, RunSummary
 if TYPE_CHECKING:
     from changestream.embedded import EmbeddedDatabase
 
-log = logging.getLogger(__name__)
 
-#: Rows per transaction of the initial copy.
-COPY_CHUNK_ROWS = 5_000
 #: How often an idle server sends a heartbeat, so a stop request is seen (seconds).
 HEARTBEAT_S = 0.5
 
 
-class MySqlConnector:
+class MySqlConnector(Connector):
     """Keeps the mirror tables of one MySQL or MariaDB source up to date."""
 
     def __init__(
@@ -53,22 +50,14 @@ class MySqlConnector:
         position: SourcePosition | None,
         progress: Progress | None = None,
     ) -> None:
-        self._db = db
-        self._definition = definition
-        self._position = position
-        self._progress = progress or (lambda summary: None)
-        self._mirror = Mirror(db, definition)
+        super().__init__(db, definition, position, progress)
         self._columns: dict[str, dict[str, Convert]] = {}
-        self.summary = RunSummary(lsn=0 if position is None else position.lsn)
 
-    def run(self, stop: threading.Event, until_caught_up: bool = False) -> RunSummary:
-        """Copy (when not done yet), then follow the binlog until ``stop`` is set or, with
-        ``until_caught_up``, until every source commit made before the call is here."""
-        try:
-            return self._run(stop, until_caught_up)
-        except mysql_catalog.server_error() as exc:
-            name, reason = self._definition.name, mysql_catalog.reason(exc)
-            raise Unavailable(f"source {name}: the server failed: {reason}") from exc
+    def _server_error(self) -> type[Exception]:
+        return mysql_catalog.server_error()
+
+    def _reason(self, error: BaseException) -> str:
+        return mysql_catalog.reason(error)
 
     def _run(self, stop: threading.Event, until_caught_up: bool) -> RunSummary:
         definition = self._definition
@@ -125,12 +114,6 @@ class MySqlConnector:
         return True
 
     def _copy_table(self, snap: Any, table: str, stop: threading.Event) -> bool:
-        """Copy ``table`` from where the copy's progress says, a chunk per transaction here,
-        each with the key it reached."""
-        assert self._position is not None
-        last = self._position.progress.get(table)
-        if last is True:
-            return True
         converters = self._columns[table]
         names = tuple(converters)
         convert = [converters[n] for n in names]
@@ -141,7 +124,8 @@ class MySqlConnector:
         database, _, name = table.partition(".")
         select = f"SELECT {', '.join(f'`{n}`' for n in names)} FROM `{database}`.`{name}`"
         with snap.cursor() as cur:
-            while not stop.is_set():
+
+            def fetch(last: Any) -> list[Row]:
                 if last is None:
                     cur.execute(f"{select} ORDER BY {keys} LIMIT %s", (COPY_CHUNK_ROWS,))
                 else:
@@ -150,21 +134,18 @@ class MySqlConnector:
                         f"{select} WHERE ({keys}) > ({marks}) ORDER BY {keys} LIMIT %s",
                         (*params, COPY_CHUNK_ROWS),
                     )
-                rows = cur.fetchall()
-                if not rows:
-                    self._position = self._position.progressed(table, True)
-                    self._mirror.save_position(self._position)
-                    return True
-                values = [
-                    [None if v is None else c(v) for c, v in zip(convert, row, strict=True)]
-                    for row in rows
-                ]
-                last = [_key_json(rows[-1][i]) for i in at]
-                self._position = self._position.progressed(table, last)
-                self._mirror.copy_rows(table, names, values, self._position)
-                self.summary.copied_rows += len(rows)
-                self._progress(self.summary)
-        return False
+                return list(cur.fetchall())
+
+            return self._copy_chunks(
+                table,
+                names,
+                fetch,
+                lambda row: [
+                    None if v is None else c(v) for c, v in zip(convert, row, strict=True)
+                ],
+                lambda row: [_key_json(row[i]) for i in at],
+                stop,
+            )
 
     # -- following the binlog ------------------------------------------------------------
 
@@ -230,7 +211,7 @@ class MySqlConnector:
                 elif isinstance(event, XidEvent) or (
                     isinstance(event, QueryEvent) and _query(event) == "COMMIT"
                 ):
-                    self._apply(tx_id, reader.log_pos, reader.log_file, changes)
+                    self._commit(tx_id, reader.log_pos, reader.log_file, changes)
                     tx_id, changes = None, []
                 if (
                     target is not None
@@ -241,21 +222,14 @@ class MySqlConnector:
         finally:
             reader.close()
 
-    def _apply(
+    def _commit(
         self, tx_id: str | None, offset: int, log_file: str, changes: list[RowChange]
     ) -> None:
         assert self._position is not None
-        end = self._position.after(offset, log_file)
         position = f"{log_file}:{offset}"
-        self._mirror.apply(
-            SourceTransaction(tx_id or position, position, end, tuple(changes)),
-            self._position.in_overlap(offset, log_file),
-        )
-        self._position = end
-        self.summary.transactions += 1
-        self.summary.lsn = end.lsn
-        self._progress(self.summary)
-        log.debug("source transaction %s applied (%s)", tx_id, position)
+        end = self._position.after(offset, log_file)
+        transaction = SourceTransaction(tx_id or position, position, end, tuple(changes))
+        self._apply(transaction, self._position.in_overlap(offset, log_file))
 
     def _row_changes(self, conn: Any, event: Any) -> list[RowChange]:
         from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent

@@ -12,17 +12,16 @@ lost connection to the server ends the run with :class:`~changestream.errors.Una
 
 from __future__ import annotations
 
-import logging
 import select
 import threading
 import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from changestream.errors import Unavailable
 from changestream.sources import pg_catalog
+from changestream.sources.connector import COPY_CHUNK_ROWS, Connector, Row
 from changestream.sources.definition import MirroredTable, SourceDefinition, SourcePosition
-from changestream.sources.mirror import Mirror, RowChange, SourceTransaction
+from changestream.sources.mirror import RowChange, SourceTransaction
 from changestream.sources.pg_catalog import MARKER_PREFIX
 from changestream.sources.pg_rows import RowShapes
 from changestream.sources.pg_types import parser
@@ -40,15 +39,12 @@ from changestream.sources.summary import Progress, RunSummary
 if TYPE_CHECKING:
     from changestream.embedded import EmbeddedDatabase
 
-log = logging.getLogger(__name__)
 
-#: Rows per transaction of the initial copy.
-COPY_CHUNK_ROWS = 5_000
 #: How long to wait for the next message before looking at the stop request (seconds).
 WAIT_S = 0.5
 
 
-class PostgresConnector:
+class PostgresConnector(Connector):
     """Keeps the mirror tables of one PostgreSQL source up to date."""
 
     def __init__(
@@ -58,22 +54,14 @@ class PostgresConnector:
         position: SourcePosition | None,
         progress: Progress | None = None,
     ) -> None:
-        self._db = db
-        self._definition = definition
-        self._position = position
-        self._progress = progress or (lambda summary: None)
-        self._mirror = Mirror(db, definition)
+        super().__init__(db, definition, position, progress)
         self._shapes = RowShapes()
-        self.summary = RunSummary(lsn=0 if position is None else position.lsn)
 
-    def run(self, stop: threading.Event, until_caught_up: bool = False) -> RunSummary:
-        """Copy (when not done yet), then follow the slot until ``stop`` is set or, with
-        ``until_caught_up``, until every source commit made before the call is here."""
-        try:
-            return self._run(stop, until_caught_up)
-        except pg_catalog.server_error() as exc:
-            name, reason = self._definition.name, pg_catalog.reason(exc)
-            raise Unavailable(f"source {name}: the server failed: {reason}") from exc
+    def _server_error(self) -> type[Exception]:
+        return pg_catalog.server_error()
+
+    def _reason(self, error: BaseException) -> str:
+        return pg_catalog.reason(error)
 
     def _run(self, stop: threading.Event, until_caught_up: bool) -> RunSummary:
         definition = self._definition
@@ -159,13 +147,7 @@ class PostgresConnector:
         return all(self._copy_table(snap, table, stop) for table in self._definition.tables)
 
     def _copy_table(self, snap: Any, table: str, stop: threading.Event) -> bool:
-        """Copy ``table`` from where the copy's progress says, a chunk per transaction here,
-        each with the key it reached."""
-        assert self._position is not None
         mirrored = self._mirror.table(table)
-        last = self._position.progress.get(table)
-        if last is True:
-            return True
         parsers = [parser(t) for t in mirrored.types]
         columns = ", ".join(f'"{c}"::text' for c in mirrored.columns)
         # Qualified: a bare name in ORDER BY would be the text output column of that name.
@@ -175,7 +157,8 @@ class PostgresConnector:
         schema, _, name = table.partition(".")
         select = f'SELECT {columns} FROM "{schema}"."{name}" AS source'
         with snap.cursor() as cur:
-            while not stop.is_set():
+
+            def fetch(last: Any) -> list[Row]:
                 if last is None:
                     cur.execute(f"{select} ORDER BY {keys} LIMIT %s", (COPY_CHUNK_ROWS,))
                 else:
@@ -183,21 +166,18 @@ class PostgresConnector:
                         f"{select} WHERE ({keys}) > ({marks}) ORDER BY {keys} LIMIT %s",
                         (*last, COPY_CHUNK_ROWS),
                     )
-                rows = cur.fetchall()
-                if not rows:
-                    self._position = self._position.progressed(table, True)
-                    self._mirror.save_position(self._position)
-                    return True
-                values = [
-                    [None if v is None else p(v) for p, v in zip(parsers, row, strict=True)]
-                    for row in rows
-                ]
-                last = [rows[-1][i] for i in at]
-                self._position = self._position.progressed(table, last)
-                self._mirror.copy_rows(table, mirrored.columns, values, self._position)
-                self.summary.copied_rows += len(rows)
-                self._progress(self.summary)
-        return False
+                return list(cur.fetchall())
+
+            return self._copy_chunks(
+                table,
+                mirrored.columns,
+                fetch,
+                lambda row: [
+                    None if v is None else p(v) for p, v in zip(parsers, row, strict=True)
+                ],
+                lambda row: [row[i] for i in at],
+                stop,
+            )
 
     # -- following the slot --------------------------------------------------------------
 
@@ -269,14 +249,6 @@ class PostgresConnector:
                 stream.send_feedback(flush_lsn=applied, force=True)
         finally:
             replication.close()
-
-    def _apply(self, transaction: SourceTransaction, idempotent: bool) -> None:
-        self._mirror.apply(transaction, idempotent)
-        self._position = transaction.end
-        self.summary.transactions += 1
-        self.summary.lsn = transaction.end.lsn
-        self._progress(self.summary)
-        log.debug("source transaction %s applied (%s)", transaction.tx_id, transaction.position)
 
     def _follow_shape(self, conn: Any, relation: Relation) -> None:
         """Follow the columns the source now sends for a table: the mirror gains and loses
