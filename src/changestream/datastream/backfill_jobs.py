@@ -6,7 +6,8 @@ Starting a job again after it completed re-reads the object: an ad-hoc re-snapsh
 Debezium's ``execute-snapshot`` signal does, optionally of the rows a filter keeps
 (``where``, Debezium's ``additional-conditions``). A stopped job started again with the same
 filter goes on from the chunks it had not read. The pipeline runs the jobs (see
-``spark.pipeline``); this module only records what was asked.
+``spark.pipeline``), and tries a FAILED one again, from its unread chunks, when it runs again;
+this module only records what was asked.
 """
 
 from __future__ import annotations

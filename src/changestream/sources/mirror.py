@@ -151,11 +151,15 @@ class Mirror:
         tag = source_tag(self._definition.name, transaction.tx_id, transaction.position)
         with self._db.transaction(tag=tag) as tx:
             insert = tx.insert_or_update if idempotent else tx.insert
+            # Rows this transaction writes (idempotent only): there, whatever the mirror held.
+            touched: set[tuple[str, tuple[Any, ...]]] = set()
             # Consecutive inserts into one table go in as one mutation.
             inserting: RowChange | None = None
             rows: list[list[Any]] = []
             for change in transaction.changes:
                 assert change.operation != "insert" or change.new is not None
+                if idempotent and change.operation == "insert":
+                    touched.add((change.table, self._key(change)))
                 if (
                     inserting is not None
                     and change.operation == "insert"
@@ -169,26 +173,45 @@ class Mirror:
                     inserting, rows = None, []
                 if change.operation == "insert":
                     inserting, rows = change, [list(change.new or ())]
-                else:
-                    self._apply(tx, change, idempotent)
+                elif self._apply(tx, change, idempotent, touched) and idempotent:
+                    touched.add((change.table, self._key(change)))
             if inserting is not None:
                 insert(self._tables[inserting.table].mirror, list(inserting.columns), rows)
             name = self._definition.name
             tx.put_system_document(POSITION_KIND, name, transaction.end.to_json())
 
-    def _apply(self, tx: Transaction, change: RowChange, idempotent: bool) -> None:
+    def _key(self, change: RowChange) -> tuple[Any, ...]:
+        """The key of the row a change writes."""
+        assert change.new is not None
+        key = self._tables[change.table].primary_key
+        return tuple(change.new[change.columns.index(k)] for k in key)
+
+    def _apply(
+        self,
+        tx: Transaction,
+        change: RowChange,
+        idempotent: bool,
+        touched: set[tuple[str, tuple[Any, ...]]],
+    ) -> bool:
+        """Apply a truncate, delete or update; whether it wrote a row (an update)."""
         table = self._tables[change.table]
         if change.operation == "truncate":
             tx.delete(table.mirror, KeyRange(start_closed=(), end_closed=()))
-        elif change.operation == "delete":
+            return False
+        if change.operation == "delete":
             assert change.old_key is not None
             tx.delete(table.mirror, [list(change.old_key)])
-        else:
-            self._update(tx, table, change, idempotent)
+            return False
+        return self._update(tx, table, change, idempotent, touched)
 
     def _update(
-        self, tx: Transaction, table: MirroredTable, change: RowChange, idempotent: bool
-    ) -> None:
+        self,
+        tx: Transaction,
+        table: MirroredTable,
+        change: RowChange,
+        idempotent: bool,
+        touched: set[tuple[str, tuple[Any, ...]]],
+    ) -> bool:
         assert change.new is not None
         values = dict(zip(change.columns, change.new, strict=True))
         new_key = [values[k] for k in table.primary_key]
@@ -196,15 +219,24 @@ class Mirror:
         columns = [c for c, v in values.items() if v is not UNCHANGED]
         row = [values[c] for c in columns]
         whole = len(columns) == len(values)
+        if (
+            idempotent
+            and not whole
+            and (change.table, tuple(old_key)) not in touched
+            and not self._db.read(table.mirror, [old_key], columns[:1])
+        ):
+            # A row the resumed copy did not find (deleted by a later change being replayed
+            # too): a partial update has nothing to apply to.
+            return False
         if old_key == new_key:
             (tx.insert_or_update if idempotent and whole else tx.update)(
                 table.mirror, columns, [row]
             )
-            return
+            return True
         if idempotent and whole:
             tx.delete(table.mirror, [old_key])
             tx.insert_or_update(table.mirror, columns, [row])
-            return
+            return True
         # The key changed: the row moves. Values the source left out are the old row's.
         missing = [n for n in table.columns if n not in columns]
         if missing:
@@ -216,3 +248,4 @@ class Mirror:
             columns, row = [*columns, *missing], [*row, *found[0]]
         tx.delete(table.mirror, [old_key])
         tx.insert(table.mirror, columns, [row])
+        return True

@@ -589,8 +589,8 @@ class SparkPipeline:
                 if self.definition.backfill != "automatic":
                     continue
                 entry = ObjectBackfill()
-            if entry.status not in ACTIVE_STATUSES:
-                continue
+            if entry.status not in (*ACTIVE_STATUSES, "failed"):
+                continue  # a failed job is tried again (its unread chunks) when the run is
             try:
                 self._backfill_object(spark, plan, table, obj, entry, wave)
             except Exception:
@@ -613,7 +613,7 @@ class SparkPipeline:
             entry = self.catalog.set_object_backfill(
                 self.name, obj, "running", rows=0, detail=detail
             )
-        elif entry.status == "pending":  # started again: goes on with the chunks unread
+        elif entry.status != "running":  # started or tried again: the chunks unread
             entry = self.catalog.set_object_backfill(self.name, obj, "running")
         planned = chunks([codec.load(b) for b in entry.detail[PLAN]])
         todo = [c for c in planned if f"{DONE_PREFIX}{c.index}" not in entry.detail]
