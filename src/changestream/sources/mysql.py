@@ -27,9 +27,11 @@ from changestream.sources.mysql_types import (
     Convert,
     MySqlColumn,
     binlog_column,
+    binlog_converter,
     column_type,
     converter,
 )
+from changestream.sources.row_parsers import RowParser, row_parser
 from changestream.sources.summary import Progress, RunSummary
 
 if TYPE_CHECKING:
@@ -52,6 +54,8 @@ class MySqlConnector(Connector):
     ) -> None:
         super().__init__(db, definition, position, progress)
         self._columns: dict[str, dict[str, Convert]] = {}
+        self._binlog_columns: dict[str, dict[str, Convert | None]] = {}
+        self._parsers: dict[str, tuple[RowParser, RowParser]] = {}
 
     def _server_error(self) -> type[Exception]:
         return mysql_catalog.server_error()
@@ -79,6 +83,21 @@ class MySqlConnector(Connector):
 
     def _learn(self, table: str, columns: list[MySqlColumn]) -> None:
         self._columns[table] = {c.name: converter(c) for c in columns}
+        self._binlog_columns[table] = {c.name: binlog_converter(c) for c in columns}
+        self._parsers.pop(table, None)
+
+    def _row_parsers(self, table: str) -> tuple[RowParser, RowParser]:
+        """Row and key parsers of ``table``'s binlog rows, compiled once per shape."""
+        parsers = self._parsers.get(table)
+        if parsers is None:
+            columns = self._binlog_columns[table]
+            convert = list(columns.values())
+            key = [list(columns).index(k) for k in self._mirror.table(table).primary_key]
+            parsers = self._parsers[table] = (
+                row_parser(convert),
+                row_parser([convert[i] for i in key], key),
+            )
+        return parsers
 
     # -- the initial copy ----------------------------------------------------------------
 
@@ -238,18 +257,9 @@ class MySqlConnector(Connector):
         if source not in self._columns:
             return []  # a table of the same database that the source does not capture
         names = tuple(str(c.name) for c in event.columns)
-        converters = self._columns[source]
-        if names != tuple(converters):
+        if names != tuple(self._columns[source]):
             self._follow_columns(conn, source, list(event.columns))
-            converters = self._columns[source]
-        convert = [converters[n] for n in names]
-        key = [names.index(k) for k in self._mirror.table(source).primary_key]
-
-        def row(values: tuple[Any, ...]) -> tuple[Any, ...]:
-            return tuple(None if v is None else c(v) for c, v in zip(convert, values, strict=True))
-
-        def key_of(values: tuple[Any, ...]) -> tuple[Any, ...]:
-            return tuple(convert[i](values[i]) for i in key)
+        row, key_of = self._row_parsers(source)
 
         updating = isinstance(event, UpdateRowsEvent)
         images = _images(event, names, 2 if updating else 1)

@@ -146,6 +146,26 @@ def converter(column: MySqlColumn) -> Convert:
     return _BY_CODE[code]
 
 
+#: Types whose binlog values (as ``binlog_rows`` reads them) already are the mirror's.
+_AS_READ = frozenset(
+    {
+        *("tinyint", "smallint", "mediumint", "int", "integer", "year", "bigint"),
+        *("decimal", "numeric", "float", "double", "real"),
+        *("char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum"),
+        *("binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"),
+    }
+)
+
+
+def binlog_converter(column: MySqlColumn) -> Convert | None:
+    """:func:`converter` for the values ``binlog_rows`` reads, None where they need none."""
+    kind = column.data_type.lower()
+    unsigned_bigint = kind == "bigint" and "unsigned" in column.column_type.lower()
+    if kind in _AS_READ and not column.is_json and not unsigned_bigint:
+        return None
+    return converter(column)
+
+
 def _bit(value: Any) -> int:
     if isinstance(value, bytes):  # a SELECT's form
         return int.from_bytes(value, "big")

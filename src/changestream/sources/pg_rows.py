@@ -3,13 +3,11 @@ parser per column from PostgreSQL's text form, and where its key columns are."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 from changestream.sources import pgoutput
-from changestream.sources.definition import UNCHANGED, MirroredTable
+from changestream.sources.definition import MirroredTable
 from changestream.sources.mirror import RowChange
 from changestream.sources.pg_types import Parse, parser
+from changestream.sources.row_parsers import row_parser
 
 PgChange = pgoutput.Insert | pgoutput.Update | pgoutput.Delete | pgoutput.Truncate
 
@@ -46,30 +44,12 @@ class _Shape:
         self.table = table
         self.names = tuple(c.name for c in relation.columns)
         types = dict(zip(table.columns, table.types, strict=True))
-        parsers = [parser(types[name]) for name in self.names]
-        self.row = _row_parser(parsers)
+        # Text already is a STRING column's value.
+        parsers = [_or_none(parser(types[name])) for name in self.names]
+        self.row = row_parser(parsers)
         key = [self.names.index(k) for k in table.primary_key]
-        self.key = _row_parser([parsers[i] for i in key], key)
+        self.key = row_parser([parsers[i] for i in key], key)
 
 
-RowParser = Callable[[tuple[object, ...]], tuple[Any, ...]]
-
-
-def _row_parser(parsers: list[Parse], positions: list[int] | None = None) -> RowParser:
-    """A function from a pgoutput tuple to the mirror's values (of the columns at
-    ``positions``, default all), compiled for these parsers: a busy source's hottest loop.
-    Text already is a STRING column's value; None and ``UNCHANGED`` stay as they are. The
-    generated source holds only positions and generated names."""
-    at = positions if positions is not None else list(range(len(parsers)))
-    namespace: dict[str, Any] = {"UNCHANGED": UNCHANGED}
-    items = []
-    for number, (position, parse) in enumerate(zip(at, parsers, strict=True)):
-        if parse is str:
-            items.append(f"t[{position}]")
-        else:
-            namespace[f"p{number}"] = parse
-            items.append(f"(v if (v := t[{position}]) is None or v is UNCHANGED else p{number}(v))")
-    source = f"def row(t):\n    return ({', '.join(items)},)\n"
-    exec(compile(source, "<changestream pgoutput row parser>", "exec"), namespace)
-    built: RowParser = namespace["row"]
-    return built
+def _or_none(parse: Parse) -> Parse | None:
+    return None if parse is str else parse
