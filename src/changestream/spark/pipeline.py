@@ -461,10 +461,13 @@ class SparkPipeline:
             self._merge(plan, summary, f"cdc-{batch_id}")
             self._publish(spark, force=False)
             events = sum(row["events"] for row in summary if row["kind"] == "events")
-            self.catalog.update_progress(self.name, add_rows=events, batch_id=batch_id)
             windows = [row["read_timestamp"] for row in summary if row["kind"] == WINDOW]
+            detail = None
             if windows and events:
-                self._record_freshness((now_us() - min(windows)) / 1e6)
+                detail = {FRESHNESS: self._freshness((now_us() - min(windows)) / 1e6)}
+            self.catalog.update_progress(
+                self.name, add_rows=events, batch_id=batch_id, detail=detail
+            )
         except BatchError as error:
             self._failure = error
             raise
@@ -473,23 +476,23 @@ class SparkPipeline:
             self._failure = BatchError("*", message, retriable)
             raise
 
-    def _record_freshness(self, seconds: float) -> None:
-        """Note how long the oldest change a micro-batch could hold waited until the replica
-        and files reflected it (its read window's start to now: an upper bound)."""
+    def _freshness(self, seconds: float) -> dict[str, Any]:
+        """The observed freshness after a micro-batch whose oldest possible change waited
+        ``seconds`` until the replica and files reflected it (its read window's start to now:
+        an upper bound), with the figures of the batches before."""
         limit = self.definition.data_freshness
-        if limit is not None and seconds > limit:
+        over = limit is not None and seconds > limit
+        if over:
             log.warning(
-                "stream %s: data freshness %.1f s, above its %.0f s", self.name, seconds, limit
+                "stream %s: data freshness %.1f s, above its %s s", self.name, seconds, limit
             )
         previous = self.catalog.progress(self.name).detail.get(FRESHNESS) or {}
-        observed = {
+        return {
             "last_seconds": round(seconds, 3),
             "max_seconds": round(max(seconds, previous.get("max_seconds", 0.0)), 3),
             "batches": int(previous.get("batches", 0)) + 1,
-            "over_limit": int(previous.get("over_limit", 0))
-            + int(limit is not None and seconds > limit),
+            "over_limit": int(previous.get("over_limit", 0)) + int(over),
         }
-        self.catalog.update_progress(self.name, detail={FRESHNESS: observed})
 
     def _cdc_task(self, plan: TaskPlan, batch_id: int) -> CdcTask:
         return CdcTask(
