@@ -41,6 +41,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/sources.py
 	$(PY) benchmarks/sources.py --source mysql
 	$(PY) benchmarks/schema_change.py
+	$(PY) benchmarks/console.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info

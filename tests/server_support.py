@@ -74,6 +74,13 @@ EXPECTED_SCOPES: dict[tuple[str, str], str | None] = {
     ("GET", STREAM): "read",
     ("DELETE", STREAM): "admin",
     ("PUT", STREAM + "/state"): "write",
+    ("GET", "/console"): None,
+    ("GET", "/v1/whoami"): "read",
+    ("GET", DB + "/overview"): "read",
+    ("GET", STREAM + "/lineage"): "read",
+    ("GET", STREAM + "/consumer_status"): "read",
+    ("GET", STREAM + "/errors"): "read",
+    ("GET", STREAM + "/tail"): "read",
 }
 
 #: Every wait is bounded so a broken server fails a test instead of hanging it.

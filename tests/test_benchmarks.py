@@ -34,6 +34,7 @@ SMOKE = {
     "spark_read_streaming": ["--partitions", "2", "--skip-batch", "--seconds", "2", "--rate", "20"],
     "pipeline": ["--smoke"],
     "schema_change": ["--smoke"],
+    "console": ["--partitions", "50", "--leases", "10", "--transactions", "20", "--requests", "20"],
     "sources": [
         *("--write-transactions", "5", "--backlog-changes", "2000"),
         *("--steady-transactions", "5", "--latency-seconds", "1", "--idle-seconds", "1"),

@@ -46,6 +46,8 @@ def test_the_wheel_builds_without_warnings(wheel: tuple[Path, str]) -> None:
         meta = next(n for n in archive.namelist() if n.endswith("METADATA"))
         text = archive.read(meta).decode()
         assert "changestream/py.typed" in archive.namelist()
+        for name in ("index.html", "console.js", "console.css"):  # the web console's files
+            assert f"changestream/server/console/static/{name}" in archive.namelist()
     assert "License-Expression: Apache-2.0" in text
 
 

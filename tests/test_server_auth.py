@@ -75,6 +75,8 @@ def request_for(path: str, method: str, created: int) -> tuple[str, dict[str, An
         "/streams": {"definition": {**DATASTREAM, "name": "Created"}},
         "/state": {"verb": "start"},
     }
+    if url.endswith("/tail"):  # a bounded tail, so the request ends
+        return f"{url}?start={created}&end={created}", None
     if method == "GET":
         return url, None
     suffix = next((s for s in bodies if url.endswith(s)), None)

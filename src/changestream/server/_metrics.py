@@ -113,6 +113,14 @@ class Metrics(Collector):
             self._partitions = sorted(partitions)
             return generate_latest(self.registry)
 
+    def open_reads(self, database: str) -> tuple[Counter[str], dict[str, float]]:
+        """The open reads of ``database``'s change streams: how many per stream, and the
+        largest lag (seconds from each read's position to now) per stream with a position."""
+        with self._lock:
+            streams = [e for e in self._streams.values() if e.database == database and e.stream]
+        lags = _lags(streams, now_us())
+        return Counter(e.stream for e in streams), {s: v for (_, s), v in lags.items()}
+
     def collect(self) -> Iterator[Metric]:
         now = now_us()
         with self._lock:
@@ -124,11 +132,7 @@ class Metrics(Collector):
             commits, rows = dict(self._commits), dict(self._rows)
             requests = dict(self._requests)
         open_streams: Counter[str] = Counter(entry.database for entry in streams)
-        lag: dict[tuple[str, str], float] = {}
-        for entry in streams:
-            if entry.stream and entry.position:
-                key = (entry.database, entry.stream)
-                lag[key] = max(lag.get(key, 0.0), max(now - entry.position, 0) / 1e6)
+        lag = _lags(streams, now)
 
         samples: dict[str, Iterable[tuple[tuple[str, ...], float]]] = {
             "changestream_commits": _by_database(commits),
@@ -145,3 +149,13 @@ class Metrics(Collector):
             for label_values, value in values:
                 metric.add_metric(list(label_values), value)
             yield metric
+
+
+def _lags(streams: Iterable[OpenStream], now: int) -> dict[tuple[str, str], float]:
+    """The largest lag of the open reads of each (database, stream) that have a position."""
+    lag: dict[tuple[str, str], float] = {}
+    for entry in streams:
+        if entry.stream and entry.position:
+            key = (entry.database, entry.stream)
+            lag[key] = max(lag.get(key, 0.0), max(now - entry.position, 0) / 1e6)
+    return lag

@@ -214,6 +214,7 @@ def create_app(
     databases: Databases, auth: Authenticator, config: ServerConfig | None = None
 ) -> Starlette:
     """The server's ASGI application over ``databases``, checking requests with ``auth``."""
+    from changestream.server.console import STATIC as CONSOLE_STATIC
     from changestream.server.openapi import SWAGGER_UI_STATIC
     from changestream.server.routes import HANDLERS  # routes build on this module
 
@@ -229,6 +230,7 @@ def create_app(
         routes=[
             *(Route(d.path, endpoint(d, HANDLERS[d.name]), methods=[d.method]) for d in ENDPOINTS),
             Mount("/docs/static", StaticFiles(directory=SWAGGER_UI_STATIC), name="swagger-ui"),
+            Mount("/console/static", StaticFiles(directory=CONSOLE_STATIC), name="console"),
         ],
         exception_handlers={HTTPException: _http_error, Exception: _internal_error},
         lifespan=lifespan,

@@ -19,8 +19,10 @@ from changestream.wire.models import (
     CommitTimestamp,
     ConsumerRequest,
     Consumers,
+    ConsumerStatuses,
     CreateStreamRequest,
     DatabaseList,
+    DatabaseOverview,
     DdlRequest,
     Deleted,
     DeleteDocumentRequest,
@@ -29,12 +31,14 @@ from changestream.wire.models import (
     Entries,
     ExecuteUpdateRequest,
     ExecuteUpdateResponse,
+    Identity,
     Inserted,
     KeyRequest,
     KindRequest,
     LeaseChangeRequest,
     LeaseGetRequest,
     Leases,
+    Lineage,
     ListLogRequest,
     MaybeLease,
     NoBody,
@@ -55,6 +59,7 @@ from changestream.wire.models import (
     SqlStream,
     Status,
     StreamDescription,
+    StreamErrors,
     StreamList,
     StreamState,
     StreamStateRequest,
@@ -372,6 +377,73 @@ STREAM_RESOURCES: tuple[Endpoint, ...] = (
     ),
 )
 
-ENDPOINTS = ENDPOINTS + STREAM_RESOURCES
+#: What the console (``/console``) reads beyond the endpoints above; scripts may use them too.
+CONSOLE: tuple[Endpoint, ...] = (
+    Endpoint(
+        "console",
+        "GET",
+        "/console",
+        None,
+        "The web console (its data needs a token)",
+        media_type="text/html",
+    ),
+    Endpoint(
+        "whoami",
+        "GET",
+        "/v1/whoami",
+        "read",
+        "The scopes of the caller's token",
+        response=Identity,
+    ),
+    Endpoint(
+        "overview",
+        "GET",
+        DB + "/overview",
+        "read",
+        "Write rate, newest commit, and each change stream's partitions and readers' lag",
+        response=DatabaseOverview,
+    ),
+    Endpoint(
+        "lineage",
+        "GET",
+        STREAM + "/lineage",
+        "read",
+        "Partitions live in a time window (?start=&end=, default the stream's life), the "
+        "newest ?limit= (default 2000), with record counts and key ranks",
+        response=Lineage,
+        query=("start", "end", "limit"),
+    ),
+    Endpoint(
+        "consumer_status",
+        "GET",
+        STREAM + "/consumer_status",
+        "read",
+        "Every consumer group's leases with state and lag, and the leases each worker holds",
+        response=ConsumerStatuses,
+    ),
+    Endpoint(
+        "stream_errors",
+        "GET",
+        STREAM + "/errors",
+        "read",
+        "A Datastream stream's last ?limit= errors (default 20), oldest first",
+        response=StreamErrors,
+        query=("limit",),
+    ),
+    Endpoint(
+        "tail",
+        "GET",
+        STREAM + "/tail",
+        "read",
+        "The data change records of every partition in commit order from ?start= (default "
+        "now), live or to ?end=, only those of ?table=, ?mod_type= and whose keys contain "
+        "?key= (NDJSON)",
+        response=RecordStream,
+        stream=True,
+        query=("start", "end", "table", "mod_type", "key"),
+    ),
+)
+
+ENDPOINTS = ENDPOINTS + STREAM_RESOURCES + CONSOLE
 
 BY_NAME = {endpoint.name: endpoint for endpoint in ENDPOINTS}

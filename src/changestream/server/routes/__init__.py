@@ -12,6 +12,15 @@ runs on a worker thread.
 from __future__ import annotations
 
 from changestream.server.app import Handler
+from changestream.server.routes.console import (
+    console,
+    consumer_status,
+    lineage,
+    overview,
+    stream_errors,
+    tail,
+    whoami,
+)
 from changestream.server.routes.data import (
     change_streams,
     commit,
@@ -106,6 +115,13 @@ HANDLERS: dict[str, Handler] = {
     "describe_stream": describe_stream,
     "delete_stream": delete_stream,
     "change_stream_state": change_stream_state,
+    "console": console,
+    "whoami": whoami,
+    "overview": overview,
+    "lineage": lineage,
+    "consumer_status": consumer_status,
+    "stream_errors": stream_errors,
+    "tail": tail,
 }
 
 #: (path, method, scope or None for public, handler) of every endpoint.

@@ -59,7 +59,10 @@ from changestream.wire.models.responses import ChangeStreams as ChangeStreams
 from changestream.wire.models.responses import ColumnBody as ColumnBody
 from changestream.wire.models.responses import CommitTimestamp as CommitTimestamp
 from changestream.wire.models.responses import Consumers as Consumers
+from changestream.wire.models.responses import ConsumerStatus as ConsumerStatus
+from changestream.wire.models.responses import ConsumerStatuses as ConsumerStatuses
 from changestream.wire.models.responses import DatabaseList as DatabaseList
+from changestream.wire.models.responses import DatabaseOverview as DatabaseOverview
 from changestream.wire.models.responses import Deleted as Deleted
 from changestream.wire.models.responses import Document as Document
 from changestream.wire.models.responses import Documents as Documents
@@ -68,9 +71,13 @@ from changestream.wire.models.responses import Entries as Entries
 from changestream.wire.models.responses import Error as Error
 from changestream.wire.models.responses import ErrorDetail as ErrorDetail
 from changestream.wire.models.responses import ExecuteUpdateResponse as ExecuteUpdateResponse
+from changestream.wire.models.responses import Identity as Identity
 from changestream.wire.models.responses import IndexBody as IndexBody
 from changestream.wire.models.responses import Inserted as Inserted
 from changestream.wire.models.responses import Leases as Leases
+from changestream.wire.models.responses import LeaseStatusBody as LeaseStatusBody
+from changestream.wire.models.responses import Lineage as Lineage
+from changestream.wire.models.responses import LineagePartitionBody as LineagePartitionBody
 from changestream.wire.models.responses import MaybeLease as MaybeLease
 from changestream.wire.models.responses import NotDatabase as NotDatabase
 from changestream.wire.models.responses import ObjectProgressBody as ObjectProgressBody
@@ -83,8 +90,11 @@ from changestream.wire.models.responses import Rows as Rows
 from changestream.wire.models.responses import SnapshotRows as SnapshotRows
 from changestream.wire.models.responses import SplitPolicyBody as SplitPolicyBody
 from changestream.wire.models.responses import Status as Status
+from changestream.wire.models.responses import StreamActivity as StreamActivity
 from changestream.wire.models.responses import StreamDefinitionBody as StreamDefinitionBody
 from changestream.wire.models.responses import StreamDescription as StreamDescription
+from changestream.wire.models.responses import StreamErrorBody as StreamErrorBody
+from changestream.wire.models.responses import StreamErrors as StreamErrors
 from changestream.wire.models.responses import StreamList as StreamList
 from changestream.wire.models.responses import StreamState as StreamState
 from changestream.wire.models.responses import StreamSummary as StreamSummary

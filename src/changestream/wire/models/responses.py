@@ -298,3 +298,106 @@ class Error(Model):
     """Every error: ``code`` is the ``changestream.errors`` class, ``message`` says why."""
 
     error: ErrorDetail
+
+
+# -- what the console reads (usable by scripts as well) ---------------------------------------
+
+
+class Identity(Model):
+    """Who the caller is to this server: the scopes of its token (all of them, and no name,
+    under ``--insecure-no-auth``)."""
+
+    scopes: list[str]
+    authenticated: bool
+
+
+class StreamActivity(Model):
+    """A change stream at a glance: live partitions, and how far the server's open reads of
+    it trail the newest commit (null when none is open)."""
+
+    name: str
+    live_partitions: int
+    open_reads: int
+    reader_lag_seconds: float | None
+
+
+class DatabaseOverview(Model):
+    """A database's activity now: write rate over the split policy's window, the newest
+    commit, and each change stream's partitions and readers. Change records are written in
+    the commit's own transaction, so the log never trails the commits: ``reader_lag_seconds``
+    is the lag that matters, commit to reader."""
+
+    database: str
+    now: str
+    last_commit_timestamp: str | None
+    write_rate: float
+    window_seconds: float
+    streams: list[StreamActivity]
+
+
+class LineagePartitionBody(Model):
+    """A partition of a lineage window (``Partition``'s fields), with its retained record
+    count and where its key range lies among the window's boundaries."""
+
+    token: str
+    start_timestamp: str
+    end_timestamp: str | None
+    start_key: str
+    end_key: str
+    parent_tokens: list[str]
+    child_tokens: list[str]
+    write_rate: float
+    record_count: int
+    key_rank_start: int
+    key_rank_end: int
+
+
+class Lineage(Model):
+    """The partitions live at some moment of ``[start, end]``; when more than ``limit`` were,
+    the newest ``limit`` (``total`` counts them all)."""
+
+    stream: str
+    created: str
+    start: str
+    end: str
+    total: int
+    key_ranks: int
+    partitions: list[LineagePartitionBody]
+
+
+class LeaseStatusBody(Model):
+    """A lease as ``changestream leases`` shows it, with the lag in seconds."""
+
+    partition: str
+    parents: list[str]
+    owner: str | None
+    stealer: str | None
+    checkpoint: str | None
+    lag_seconds: float | None
+    state: str
+    start_timestamp: str
+
+
+class ConsumerStatus(Model):
+    """A consumer group: its leases, and how many of them each worker holds."""
+
+    consumer: str
+    leases: list[LeaseStatusBody]
+    workers: dict[str, int]
+
+
+class ConsumerStatuses(Model):
+    consumers: list[ConsumerStatus]
+
+
+class StreamErrorBody(Model):
+    """One error a stream's pipeline recorded."""
+
+    time: str
+    object: str
+    message: str
+    retriable: bool
+
+
+class StreamErrors(Model):
+    errors: list[StreamErrorBody]
