@@ -23,7 +23,7 @@ from changestream.ddl.schema import (
     StreamOptions,
     Table,
 )
-from changestream.errors import AlreadyExists, InvalidArgument, reported
+from changestream.errors import AlreadyExists, ChangeStreamError, InvalidArgument, reported
 from changestream.sql.limits import DEFAULT_LIMITS, SqlLimits
 from changestream.store import documents
 from changestream.store import splits as split_ops
@@ -31,7 +31,7 @@ from changestream.store.catalog import Catalog
 from changestream.store.changes import CaptureFn, CommitContext, SchemaChange
 from changestream.store.connections import ConnectionPool, translate_busy
 from changestream.store.keys import KeyRange, encode_key, quote, table_prefix
-from changestream.store.load import forget_before
+from changestream.store.load import LoadBuffer, SplitLoad, forget_before, write_rates
 from changestream.store.models import SnapshotRead as SnapshotRead
 from changestream.store.policy import Action, SplitPolicy, load_policy, save_policy
 from changestream.store.rebalancer import Rebalancer
@@ -119,6 +119,7 @@ class Store:
         self._versions = (-1, -1)
         self._last_gc_us = 0
         self._codecs: dict[tuple[str, tuple[str, ...]], RowCodec] = {}
+        self._load = LoadBuffer()
         self._rebalancer = Rebalancer(self)
         try:
             self._initialize()
@@ -133,6 +134,9 @@ class Store:
     def close(self) -> None:
         """Close every connection; the object cannot be used afterwards."""
         self._rebalancer.stop()
+        if not self._pool.closed:
+            with suppress(ChangeStreamError, sqlite3.Error):  # load only advises
+                self.flush_load()
         self._pool.close()
         if self._tempdir is not None:
             shutil.rmtree(self._tempdir, ignore_errors=True)
@@ -307,6 +311,29 @@ class Store:
         with translate_busy(self._pool.busy_timeout):
             conn.execute("COMMIT")
         self._rebalancer.ensure_started()
+
+    def add_load(self, ctx: WriteContext, commit_ts: int, load: dict[int, SplitLoad]) -> None:
+        """Note a committing transaction's write load (see :class:`.LoadBuffer`); write what
+        has waited long enough, in this transaction."""
+        self._load.add(commit_ts, load)
+        if self._load.due:
+            self._load.flush(ctx.conn)
+
+    def flush_load(self) -> None:
+        """Write this process's buffered write load to the tables now (if it has any)."""
+        if self._load.empty:
+            return
+        with self.locked() as conn:
+            self._load.flush(conn)
+
+    def write_rates(self, window_s: float) -> dict[int, float]:
+        """Mods per second per split over the last ``window_s`` seconds: the tables' (every
+        process's) and this process's not written yet."""
+        now = self.now()
+        rates = write_rates(self.connection(), now, window_s)
+        for split_id, rate in self._load.rates(now, window_s).items():
+            rates[split_id] = rates.get(split_id, 0.0) + rate
+        return rates
 
     def capture(self, ctx: WriteContext, context: CommitContext) -> None:
         """Run change capture and append its rows to the change log, in the open transaction."""

@@ -31,6 +31,7 @@ class Rebalancer:
     def run_once(self) -> list[Action]:
         """One pass of the policy; returns the splits and merges it made."""
         store = self._store
+        store.flush_load()  # this process's latest load counts too
         now = store.now()
         with store.snapshot() as conn:
             policy = load_policy(conn)
@@ -80,6 +81,7 @@ class Rebalancer:
     def _tick(self) -> float:
         """Lead if no other process does, and run the policy; returns the next wait."""
         store = self._store
+        store.flush_load()
         expiring = any(t.row_deletion_policy for t in store.catalog().tables.values())
         with store.locked() as conn:
             policy = load_policy(conn)

@@ -28,7 +28,7 @@ from changestream.store.budget import StatementBudget
 from changestream.store.changes import CommitContext, InsertBatch, RowChange
 from changestream.store.database import WriteContext
 from changestream.store.keys import KeyRange, encode_key, quote
-from changestream.store.load import SplitLoad, record_load
+from changestream.store.load import SplitLoad
 from changestream.store.rows import key_condition, normalized_key, restore_nans
 from changestream.store.splits import Split
 from changestream.store.sqlite_layout import exact_forms
@@ -620,7 +620,7 @@ class Transaction(MutationMethods):
         )
         self._store.capture(ctx, context)
         if load:
-            record_load(ctx.conn, ts, load)
+            self._store.add_load(ctx, ts, load)
         for (kind, name), text in self._documents.items():
             documents.write_in_transaction(ctx.conn, kind, name, text)
 

@@ -10,7 +10,6 @@ from changestream.clock import format_ts, parse_ts
 from changestream.errors import OutOfRange
 from changestream.store.database import Store
 from changestream.store.keys import describe_key
-from changestream.store.load import write_rates
 from changestream.store.splits import Split, all_splits, splits_live_at
 from changestream.streams.models import Partition, Timestamp
 from changestream.streams.tokens import PartitionId, encode_token
@@ -121,7 +120,7 @@ def _partitions(store: Store, stream: str, pick: Callable[[int], list[Split]]) -
     entry = store.catalog().stream(stream)
     tables = store.catalog().tables
     secret = store.secret
-    rates = write_rates(store.connection(), store.now(), store.split_policy().window_seconds)
+    rates = store.write_rates(store.split_policy().window_seconds)
 
     @functools.cache  # a split's token is also its parents' and children's: make it once
     def token(split_id: int) -> str:

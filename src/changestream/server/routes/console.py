@@ -23,7 +23,6 @@ from changestream.server.app import ServerState
 from changestream.server.auth import ANONYMOUS, SCOPES, Principal
 from changestream.server.console import INDEX_HTML
 from changestream.server.routes.common import on_db, path_part, stream_lines, timestamp_query
-from changestream.store.load import write_rates
 from changestream.streams import partitions
 from changestream.streams.records import DataChangeRecord
 from changestream.watch.merge import PartitionMerge
@@ -66,7 +65,7 @@ async def overview(
             database=name,
             now=format_ts(now),
             last_commit_timestamp=format_ts(last) if last else None,
-            write_rate=round(sum(write_rates(store.connection(), now, window).values()), 3),
+            write_rate=round(sum(store.write_rates(window).values()), 3),
             window_seconds=window,
             streams=[
                 models.StreamActivity(
