@@ -29,6 +29,7 @@ from changestream.store import documents
 from changestream.store import splits as split_ops
 from changestream.store.catalog import Catalog
 from changestream.store.changes import CaptureFn, CommitContext, SchemaChange
+from changestream.store.commit_signal import CommitSignal
 from changestream.store.connections import ConnectionPool, translate_busy
 from changestream.store.keys import KeyRange, encode_key, quote, table_prefix
 from changestream.store.load import LoadBuffer, SplitLoad, forget_before, write_rates
@@ -120,6 +121,10 @@ class Store:
         self._last_gc_us = 0
         self._codecs: dict[tuple[str, tuple[str, ...]], RowCodec] = {}
         self._load = LoadBuffer()
+        #: Wakes the readers tailing the change log when its watermark moves.
+        self.commit_signal = CommitSignal(
+            self.connection, self.watermark, lambda: self._pool.closed
+        )
         self._rebalancer = Rebalancer(self)
         try:
             self._initialize()
@@ -138,6 +143,7 @@ class Store:
             with suppress(ChangeStreamError, sqlite3.Error):  # load only advises
                 self.flush_load()
         self._pool.close()
+        self.commit_signal.notify(0)  # waiting readers look again, and find it closed
         if self._tempdir is not None:
             shutil.rmtree(self._tempdir, ignore_errors=True)
             self._tempdir = None
@@ -234,6 +240,11 @@ class Store:
     def last_commit_ts(self) -> int:
         return self.read_meta(self.connection()).last_commit_ts
 
+    def watermark(self, conn: sqlite3.Connection) -> int:
+        """How far the change log is complete: no commit at or below it can still appear."""
+        meta = self.read_meta(conn)
+        return max(meta.last_commit_ts, meta.safe_ts)
+
     # -- write transactions -----------------------------------------------------------------
 
     @contextmanager
@@ -262,6 +273,7 @@ class Store:
         if conn is None:
             with self._begin() as began, self.write(began) as ctx:
                 yield ctx
+            self.commit_signal.notify(ctx.meta.last_commit_ts)
             return
         meta = self.read_meta(conn)
         self._refresh(conn, meta)
@@ -307,9 +319,11 @@ class Store:
             conn.execute("BEGIN IMMEDIATE")
         return conn
 
-    def commit_write(self, conn: sqlite3.Connection) -> None:
+    def commit_write(self, conn: sqlite3.Connection, commit_ts: int) -> None:
+        """Commit the write transaction begun with :meth:`begin_write` at ``commit_ts``."""
         with translate_busy(self._pool.busy_timeout):
             conn.execute("COMMIT")
+        self.commit_signal.notify(commit_ts)
         self._rebalancer.ensure_started()
 
     def add_load(self, ctx: WriteContext, commit_ts: int, load: dict[int, SplitLoad]) -> None:
@@ -389,6 +403,7 @@ class Store:
         except BaseException:
             conn.execute("ROLLBACK")
             raise
+        self.commit_signal.notify(safe)
         return safe
 
     # -- DDL ---------------------------------------------------------------------------------

@@ -580,7 +580,7 @@ class Transaction(MutationMethods):
         try:
             with self._store.write(conn) as ctx:
                 self._apply(ctx, tracker)
-            self._store.commit_write(conn)
+            self._store.commit_write(conn, ctx.commit_ts)
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")

@@ -12,7 +12,8 @@ from typing import Any, Generic, TypeVar, overload
 from changestream.clock import format_ts, parse_ts
 from changestream.errors import InvalidArgument, InvalidToken, NotFound, OutOfRange
 from changestream.store.catalog import StreamEntry
-from changestream.store.change_log import data_version, next_log_rows, split_end, stream_exists
+from changestream.store.change_log import next_log_rows, split_end, stream_exists
+from changestream.store.commit_signal import CommitSignal
 from changestream.store.database import Store
 from changestream.store.splits import Split, load_split, load_splits, splits_live_at
 from changestream.streams.records import (
@@ -29,9 +30,6 @@ MIN_HEARTBEAT_MS = 1000
 MAX_HEARTBEAT_MS = 300_000
 _BATCH = 500
 _MAX_POLL_S = 0.05
-#: The longest a live tail sleeps between looks at SQLite's data_version: bounds the latency
-#: from another process's commit to the reader, at about 200 cheap reads per second idle.
-_MAX_TAIL_POLL_S = 0.008
 #: How long a due heartbeat may wait for a writer to release the lock before it goes out
 #: with the timestamp already known to be safe.
 _LOCK_GRACE_S = 0.2
@@ -166,8 +164,7 @@ class ChangeStreamReader(Generic[D]):
         return self._partition(self._split)
 
     def _watermark(self, conn: sqlite3.Connection) -> int:
-        meta = self._store.read_meta(conn)
-        return max(meta.last_commit_ts, meta.safe_ts)
+        return self._store.watermark(conn)
 
     def _wait_until_safe(self, ts: int) -> None:
         """Block until no commit at or below ``ts`` can still appear."""
@@ -220,13 +217,21 @@ class ChangeStreamReader(Generic[D]):
         return (upper if len(rows) < _BATCH else -1), end_ts, rows
 
     def _partition(self, split: Split) -> Iterator[D | HeartbeatRecord | ChildPartitionsRecord]:
+        signal = self._store.commit_signal
+        with signal.listening():
+            yield from self._follow(split, signal)
+
+    def _follow(
+        self, split: Split, signal: CommitSignal
+    ) -> Iterator[D | HeartbeatRecord | ChildPartitionsRecord]:
+        """The partition's records, then heartbeats while idle, waking on each commit."""
         request = self._request
         token = self._token(split.split_id)
+        heartbeat_s = request.heartbeat_us / 1e6
         cursor = (request.start, -1)
         delivered = request.start - 1
         last_emit = time.monotonic()
-        heartbeat_s = request.heartbeat_us / 1e6
-        waiter = _CommitWaiter(self._store)
+        seen = signal.generation
         while True:
             through, end_ts, rows = self._snapshot(split.split_id, cursor)
             for commit_ts, _, payload in rows:
@@ -254,7 +259,7 @@ class ChangeStreamReader(Generic[D]):
             if idle >= heartbeat_s:
                 if self._store.advance_safe_ts() is None and idle < heartbeat_s + _LOCK_GRACE_S:
                     # A writer holds the lock: its commit will move the watermark soon.
-                    waiter.wait(0.005)
+                    seen = signal.wait(seen, 0.005)
                     continue
                 through, _, rows = self._snapshot(split.split_id, cursor)
                 if rows:
@@ -263,29 +268,4 @@ class ChangeStreamReader(Generic[D]):
                 yield HeartbeatRecord(delivered, token)
                 last_emit = time.monotonic()
                 continue
-            waiter.wait(heartbeat_s - idle)
-
-
-class _CommitWaiter:
-    """Sleeps until another connection commits, polling SQLite's data_version with backoff."""
-
-    def __init__(self, store: Store) -> None:
-        self._store = store
-        self._version = self._read()
-
-    def _read(self) -> int:
-        return data_version(self._store.connection())
-
-    def wait(self, timeout: float) -> None:
-        deadline = time.monotonic() + max(timeout, 0.0)
-        delay = 0.0005
-        while True:
-            version = self._read()
-            if version != self._version:
-                self._version = version
-                return
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return
-            time.sleep(min(delay, remaining))
-            delay = min(delay * 2, _MAX_TAIL_POLL_S)
+            seen = signal.wait(seen, heartbeat_s - idle)

@@ -1,0 +1,131 @@
+"""One commit notifier per open database: it wakes every waiting reader when the change log's
+watermark moves (a commit, or the safe timestamp advancing).
+
+Readers tailing the change log used to poll SQLite's ``data_version`` each on its own
+connection: 32 live readers were 32 pollers, each finding a commit up to a poll interval late,
+and each woken by every lease checkpoint too. Now a commit made through this handle wakes every
+waiter at once, and one poller thread, running while some reader listens, reads the watermark
+(``max(last_commit_ts, safe_ts)``) and wakes them all when another process moved it past what
+was announced here. Bookkeeping commits (leases, documents) leave the watermark alone and wake
+nobody. Waiters compare a generation number, so a commit between a reader's last look at the
+log and its wait is never missed: a reader takes the generation before it looks.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+log = logging.getLogger(__name__)
+
+#: The poller's first and longest pause between looks at the watermark: it starts fast after
+#: each move it sees and backs off while nothing happens.
+FIRST_POLL_S = 0.0005
+MAX_POLL_S = 0.004
+#: How long the poller stays after the last listener left (a new one then needs no restart).
+_LINGER_S = 1.0
+#: How long a new listener waits for a starting poller to take its first look.
+_START_S = 5.0
+
+
+class CommitSignal:
+    """A generation number that moves on every commit, and waits on it."""
+
+    def __init__(
+        self,
+        connect: Callable[[], sqlite3.Connection],
+        watermark: Callable[[sqlite3.Connection], int],
+        closed: Callable[[], bool],
+    ) -> None:
+        self._connect = connect
+        self._watermark = watermark
+        self._announced = 0
+        self._closed = closed
+        self._cond = threading.Condition()
+        self._generation = 0
+        self._listeners = 0
+        self._poller: threading.Thread | None = None
+        self._polling = threading.Event()
+
+    @property
+    def generation(self) -> int:
+        """Take it before looking at the log; :meth:`wait` with it then misses no commit."""
+        return self._generation
+
+    def notify(self, watermark: int) -> None:
+        """The watermark moved to ``watermark`` (or at least that far): wake every waiter."""
+        with self._cond:
+            self._announced = max(self._announced, watermark)
+            self._generation += 1
+            self._cond.notify_all()
+
+    @contextmanager
+    def listening(self) -> Iterator[None]:
+        """While inside, other processes' commits move the generation too (within a few
+        milliseconds); this handle's own commits always do."""
+        with self._cond:
+            self._listeners += 1
+            if self._poller is None:
+                self._polling = threading.Event()
+                self._poller = threading.Thread(
+                    target=self._poll,
+                    args=(self._polling,),
+                    name="changestream-commit-poller",
+                    daemon=True,
+                )
+                self._poller.start()
+            polling = self._polling
+        try:
+            # Its first look is the baseline: a commit after it is noticed.
+            polling.wait(_START_S)
+            yield
+        finally:
+            with self._cond:
+                self._listeners -= 1
+
+    def wait(self, seen: int, timeout: float) -> int:
+        """Wait until the generation moves past ``seen`` (something committed since it was
+        taken) or ``timeout`` seconds pass; returns the generation now."""
+        with self._cond:
+            if timeout > 0:
+                self._cond.wait_for(lambda: self._generation != seen, timeout)
+            return self._generation
+
+    def _poll(self, polling: threading.Event) -> None:
+        conn = None
+        try:
+            conn = self._connect()
+            with self._cond:
+                self._announced = max(self._announced, self._watermark(conn))
+            polling.set()
+            pause = FIRST_POLL_S
+            alone_since: float | None = None
+            while not self._closed():
+                with self._cond:
+                    if self._listeners:
+                        alone_since = None
+                    elif alone_since is None:
+                        alone_since = time.monotonic()
+                    elif time.monotonic() - alone_since > _LINGER_S:
+                        self._poller = None  # decided under the lock: a new listener starts one
+                        return
+                seen = self._watermark(conn)
+                if seen > self._announced:
+                    pause = FIRST_POLL_S
+                    self.notify(seen)
+                time.sleep(pause)
+                pause = min(pause * 2, MAX_POLL_S)
+        except Exception:
+            if not self._closed():  # readers fall back on their timeouts meanwhile
+                log.exception("the commit poller stopped")
+        finally:
+            polling.set()
+            with self._cond:
+                if self._poller is threading.current_thread():
+                    self._poller = None
+            if conn is not None:
+                conn.close()
