@@ -6,9 +6,11 @@ import logging
 import os
 import socket
 import threading
+import time
 from typing import TYPE_CHECKING
 
 from changestream.errors import ChangeStreamError, DatabaseBusy, DatabaseClosed, FailedPrecondition
+from changestream.store.load import FLUSH_AFTER_S
 from changestream.store.policy import Action, load_policy, measure, plan, take_leadership
 from changestream.store.splits import splits_live_at
 
@@ -66,10 +68,12 @@ class Rebalancer:
             self._thread.join()
 
     def _loop(self) -> None:
-        interval = 1.0
-        while not self._stop.wait(interval):
+        next_tick = time.monotonic() + 1.0
+        while not self._stop.wait(min(FLUSH_AFTER_S, max(0.0, next_tick - time.monotonic()))):
             try:
-                interval = self._tick()
+                self._store.flush_load()  # about once a second, whatever the policy's interval
+                if time.monotonic() >= next_tick:
+                    next_tick = time.monotonic() + self._tick()
             except (DatabaseClosed, DatabaseBusy):
                 if self._store.closed:
                     return
@@ -81,7 +85,6 @@ class Rebalancer:
     def _tick(self) -> float:
         """Lead if no other process does, and run the policy; returns the next wait."""
         store = self._store
-        store.flush_load()
         expiring = any(t.row_deletion_policy for t in store.catalog().tables.values())
         with store.locked() as conn:
             policy = load_policy(conn)
