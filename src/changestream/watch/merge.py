@@ -20,7 +20,9 @@ of the read function, from its floor to the newest buffered commit timestamp. Th
 every record of the partition up to its end timestamp and then stops, so afterwards the floor is
 that timestamp: one idle partition holds the others back for milliseconds, not a heartbeat
 interval, using only the read function's contract. The live reader later returns the same
-records again; the floor drops them.
+records again; the floor drops them. A probe takes at most ``PROBE_RECORDS`` records: a
+partition with more is behind (its reader has just started), not idle, and the probe leaves its
+floor at the last record taken rather than read its backlog twice.
 
 Why threads rather than polling every partition from the merge: a live query is the read
 function's own way to tail a partition (it sleeps on the commit signal and promises with
@@ -53,7 +55,10 @@ from changestream.watch._readers import READERS
 #: The heartbeat interval readers ask for: the read function's minimum.
 HEARTBEAT_MS = 1000
 #: How long the smallest record waits on partitions with empty buffers before they are asked.
-PROBE_AFTER_S = 0.002
+PROBE_AFTER_S = 0.0005
+#: Records a probe takes at most: a partition that has more is behind, not idle, and its live
+#: reader (which reads them again) should not have its work done twice.
+PROBE_RECORDS = 64
 #: How long a reader that is too far ahead waits before checking it should stop.
 _STOP_CHECK_S = 0.1
 _TOP = 2**63
@@ -244,11 +249,23 @@ class PartitionMerge:
             start = ts + 1 if transaction == _TOP else ts
             if part.done or start > target:
                 continue
-            for record in self._db.read_change_stream(
+            records = self._db.read_change_stream(
                 self._stream, start, target, part.token, HEARTBEAT_MS
-            ):
-                self._accept(part, record, counted=False)
-            if not part.done:
+            )
+            complete = True
+            try:
+                found = 0
+                for record in records:
+                    self._accept(part, record, counted=False)
+                    found += record.is_data_change
+                    if found >= PROBE_RECORDS:
+                        complete = False  # not idle, only behind: its reader carries on
+                        break
+            finally:
+                close = getattr(records, "close", None)
+                if close is not None:
+                    close()
+            if complete and not part.done:
                 part.floor = max(part.floor, _above(target))
 
     # -- partitions and their readers -------------------------------------------------------
