@@ -3,7 +3,6 @@ heartbeat_milliseconds)`` over the change log, following the seed's query workfl
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -163,13 +162,10 @@ class ChangeStreamReader(Generic[D]):
             return self._initial()
         return self._partition(self._split)
 
-    def _watermark(self, conn: sqlite3.Connection) -> int:
-        return self._store.watermark(conn)
-
     def _wait_until_safe(self, ts: int) -> None:
         """Block until no commit at or below ``ts`` can still appear."""
         delay = 0.001
-        while self._watermark(self._store.connection()) < ts:
+        while self._store.watermark(self._store.connection()) < ts:
             wait = ts - self._store.now()
             if wait > 0:
                 time.sleep(min(wait / 1e6, _MAX_POLL_S))
@@ -203,7 +199,7 @@ class ChangeStreamReader(Generic[D]):
         """In one consistent read: the watermark, the split's end, and the next log rows."""
         stream = self._request.stream
         with self._store.snapshot() as conn:
-            watermark = self._watermark(conn)
+            watermark = self._store.watermark(conn)
             if not stream_exists(conn, stream.stream_id):
                 raise NotFound(f"change stream {stream.definition.name!r} was dropped")
             end_ts = split_end(conn, split_id)
