@@ -29,6 +29,7 @@ from changestream.client import (
     InitializationContext,
     LeaseLost,
     Position,
+    RecordBatch,
     RecordProcessor,
     ShutdownReason,
     StreamClient,
@@ -478,6 +479,56 @@ def test_a_restarted_group_resumes_after_its_checkpoints(
         write(db, [[3, 1]])
         wait_for("the marker", lambda: ("w2", 3, 1) in log.mods)
     assert log.mods == [("w1", 1, 1), ("w1", 2, 1), ("w2", 1, 2), ("w2", 3, 1)]
+
+
+def test_a_backlog_comes_in_full_batches_in_commit_order_then_live_records_follow(
+    acc: tuple[EmbeddedDatabase, int],
+) -> None:
+    db, created = acc
+    for value in range(1, 251):
+        write(db, [[value % 5, value]])
+    batches: list[list[int]] = []
+
+    class Batches(RecordProcessor):
+        def process_records(self, records: list[DataChangeRecord], cp: Checkpointer) -> None:
+            batches.append([r.mods[0].new_values["V"] for r in records])
+            cp.checkpoint()
+
+    def delivered() -> list[int]:
+        return [value for batch in batches for value in batch]
+
+    with running(client(db, created, "w1", Batches, max_records=20)):
+        wait_for("the backlog", lambda: len(delivered()) == 250)
+        write(db, [[1, 251]])
+        write(db, [[2, 252]])
+        wait_for("the live records", lambda: len(delivered()) == 252)
+    assert delivered() == list(range(1, 253))
+    assert max(map(len, batches)) == 20
+    # The backlog was read in full batches, not record by record as it was found.
+    assert [len(batch) for batch in batches[:12]] == [20] * 12
+
+
+def test_each_batch_says_how_far_behind_it_is(acc: tuple[EmbeddedDatabase, int]) -> None:
+    db, created = acc
+    write(db, [[1, 1]])
+    committed = time.monotonic()
+    time.sleep(1.5)
+    lags: list[int] = []
+
+    class Lagging(RecordProcessor):
+        def process_records(self, records: RecordBatch, cp: Checkpointer) -> None:
+            assert isinstance(records, list)
+            lags.append(records.millis_behind_latest)
+
+    with running(client(db, created, "w1", Lagging)):
+        wait_for("the old record", lambda: len(lags) == 1)
+        handed_over = time.monotonic()
+        write(db, [[1, 2]])
+        wait_for("the new record", lambda: len(lags) == 2)
+    # The old record waited 1.5 s and more before it was handed over; the new one, at the
+    # head of the stream, is behind by its commit-to-processor latency only.
+    assert 1500 <= lags[0] <= (handed_over - committed) * 1000 + 50
+    assert 0 <= lags[1] < 500
 
 
 def test_children_wait_until_every_parent_is_finished(acc: tuple[EmbeddedDatabase, int]) -> None:

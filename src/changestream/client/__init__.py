@@ -19,6 +19,7 @@ from changestream.client._checkpointer import Checkpointer, LeaseLost
 from changestream.client._processor import (
     InitializationContext,
     ProcessorFactory,
+    RecordBatch,
     RecordProcessor,
     ShutdownReason,
 )
@@ -33,6 +34,7 @@ __all__ = [
     "LeaseStatus",
     "Position",
     "ProcessorFactory",
+    "RecordBatch",
     "RecordProcessor",
     "ShutdownReason",
     "StreamClient",

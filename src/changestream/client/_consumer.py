@@ -8,11 +8,12 @@ goes out as soon as records are there instead of waiting for a full one.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from concurrent.futures import Executor
 from dataclasses import dataclass
 
@@ -23,10 +24,12 @@ from changestream.client._coordinator import ClientConfig, HeldLease, LeaseCoord
 from changestream.client._processor import (
     InitializationContext,
     ProcessorFactory,
+    RecordBatch,
     RecordProcessor,
     ShutdownReason,
 )
 from changestream.client.lease_table import checkpoint_of
+from changestream.clock import now_us
 from changestream.errors import DatabaseBusy, FailedPrecondition
 from changestream.retry import retrying
 from changestream.streams.positions import Position
@@ -54,6 +57,15 @@ class _ReadFailed:
 
 
 _Item = ChangeRecord | _ReadFailed
+
+
+def _replayed(record: ChangeRecord, start: Position) -> bool:
+    """A record at or before ``start``: delivered before the read resumed there."""
+    return (
+        isinstance(record, DataChangeRecord)
+        and record.commit_timestamp <= start.timestamp
+        and Position.of(record) <= start
+    )
 
 
 class _Mailbox:
@@ -109,6 +121,7 @@ class PartitionConsumer:
         stopping: threading.Event,
         executor: Executor,
         on_fatal: Callable[[BaseException], None],
+        catch_up_gate: threading.Lock,
     ) -> None:
         self._db = db
         self._coordinator = coordinator
@@ -118,6 +131,7 @@ class PartitionConsumer:
         self._stopping = stopping
         self._executor = executor
         self._on_fatal = on_fatal
+        self._catch_up_gate = catch_up_gate
         self._checkpointer = Checkpointer(
             coordinator, held, config.checkpoint_every_records, config.checkpoint_every_seconds
         )
@@ -214,34 +228,122 @@ class PartitionConsumer:
         if not self._retry("initialize", lambda: processor.initialize(context)):
             self._end(processor, self._interruption())
             return
-        mailbox = self._start_reader(held.processed)
-        while (reason := self._interruption()) is None:
-            batch: list[DataChangeRecord] = []
-            # A trailing None flushes the last batch of data records.
-            for item in [*mailbox.take(self._config.max_records, _POLL_S), None]:
-                if isinstance(item, DataChangeRecord):
-                    batch.append(item)
-                    continue
-                if batch and not self._deliver(processor, batch):
-                    break
-                batch = []
-                if isinstance(item, HeartbeatRecord):
-                    self._advance(Position.through(item.timestamp))
-                elif isinstance(item, ChildPartitionsRecord):
-                    self._end_partition(processor, item)
-                    return
-                elif isinstance(item, _ReadFailed):
+        stop: ChildPartitionsRecord | _ReadFailed | None = self._catch_up(processor)
+        if stop is None and self._interruption() is None:
+            mailbox = self._start_reader(held.processed)
+            while stop is None and self._interruption() is None:
+                stop = self._process(processor, mailbox.take(self._config.max_records, _POLL_S))
+                if isinstance(stop, _ReadFailed):
                     mailbox.closed.set()
-                    if not isinstance(item.error, DatabaseBusy):
-                        log.error("reading partition %s failed: %s", held.token, item.error)
-                        self._on_fatal(item.error)
-                    else:
-                        log.warning("reading partition %s: %s; retrying", held.token, item.error)
-                        if not self._sleep(1.0):
-                            mailbox = self._start_reader(held.processed)
-        self._end(processor, reason)
+                    if self._may_read_again(stop.error):
+                        mailbox = self._start_reader(held.processed)
+                    stop = None
+        if isinstance(stop, ChildPartitionsRecord):
+            self._end_partition(processor, stop)
+            return
+        self._end(processor, self._interruption())
+
+    def _process(
+        self, processor: RecordProcessor, items: list[_Item]
+    ) -> ChildPartitionsRecord | _ReadFailed | None:
+        """Deliver the data records of ``items`` in batches and apply their heartbeats.
+
+        Returns the item that ends this read (the child partitions, or a failed read), if
+        any; returns None early when a delivery was interrupted.
+        """
+        batch = RecordBatch()
+        # A trailing None flushes the last batch of data records.
+        for item in [*items, None]:
+            if isinstance(item, DataChangeRecord):
+                batch.append(item)
+                continue
+            if batch and not self._deliver(processor, batch):
+                return None
+            batch = RecordBatch()
+            if isinstance(item, HeartbeatRecord):
+                self._advance(Position.through(item.timestamp))
+            elif isinstance(item, ChildPartitionsRecord | _ReadFailed):
+                return item
+        return None
+
+    def _may_read_again(self, error: BaseException) -> bool:
+        """After a failed read: True to read again (the database was busy), False when the
+        error stops the worker or the consumer was interrupted while waiting."""
+        if not isinstance(error, DatabaseBusy):
+            log.error("reading partition %s failed: %s", self._held.token, error)
+            self._on_fatal(error)
+            return False
+        log.warning("reading partition %s: %s; retrying", self._held.token, error)
+        return not self._sleep(1.0)
 
     # -- reading --------------------------------------------------------------------------
+
+    def _catch_up(self, processor: RecordProcessor) -> ChildPartitionsRecord | None:
+        """Deliver what is already committed, in full batches, before tailing live.
+
+        Bounded reads up to now, each batch read while holding the worker's catch-up gate:
+        a worker catching up on many partitions reads one batch at a time, because threads
+        decoding records at once only slow each other down (the GIL), and a batch goes
+        from the read straight to the processor in this thread. Ends when a read finds less
+        than a batch (the partition is near its head), on an interruption or a fatal read
+        error; returns the child partitions when the partition ended.
+        """
+        while self._interruption() is None:
+            start = self._held.processed
+            # With a remote database this is the client's clock: a server behind it makes
+            # the read wait for its own clock to get there, no longer.
+            end = max(now_us(), start.timestamp)
+            read = 0
+            with contextlib.closing(self._read_committed(start, end)) as chunks:
+                stop: ChildPartitionsRecord | _ReadFailed | None = None
+                for items in chunks:
+                    read += len(items)
+                    stop = self._process(processor, items)
+                    # Let go of the batch before waiting for the gate: records kept alive
+                    # by threads waiting their turn make every garbage collection slower.
+                    del items
+                    if stop is not None or self._interruption() is not None:
+                        break
+                else:
+                    # The read function delivered everything committed up to ``end``.
+                    self._advance(Position.through(end))
+                    if read < self._config.max_records:
+                        return None
+                    continue
+            if isinstance(stop, _ReadFailed):
+                if not self._may_read_again(stop.error):
+                    return None
+                continue
+            return stop
+        return None
+
+    def _read_committed(self, start: Position, end: int) -> Generator[list[_Item]]:
+        """The partition's records after ``start`` and committed up to ``end``, a batch at a
+        time, each read under the catch-up gate; a failure comes as a last ``_ReadFailed``."""
+        records = None
+        try:
+            with self._catch_up_gate:
+                records = self._db.read_change_stream(
+                    self._config.stream,
+                    start.timestamp,
+                    end,
+                    self._held.token,
+                    self._config.heartbeat_milliseconds,
+                )
+                iterator = iter(records)
+            while True:
+                with self._catch_up_gate:
+                    chunk = list(itertools.islice(iterator, self._config.max_records))
+                if not chunk:
+                    return
+                yield [record for record in chunk if not _replayed(record, start)]
+                del chunk
+        except Exception as exc:
+            yield [_ReadFailed(exc)]
+        finally:
+            close = getattr(records, "close", None)
+            if close is not None:
+                close()
 
     def _start_reader(self, start: Position) -> _Mailbox:
         """Start tailing the partition after ``start``; records arrive in the mailbox."""
@@ -260,11 +362,7 @@ class PartitionConsumer:
                 self._config.heartbeat_milliseconds,
             )
             for record in records:
-                if (
-                    isinstance(record, DataChangeRecord)
-                    and record.commit_timestamp <= start.timestamp
-                    and Position.of(record) <= start
-                ):
+                if _replayed(record, start):
                     continue
                 if not mailbox.put(record) or record.ends_partition:
                     return
@@ -282,10 +380,11 @@ class PartitionConsumer:
 
     # -- processing -----------------------------------------------------------------------
 
-    def _deliver(self, processor: RecordProcessor, batch: list[DataChangeRecord]) -> bool:
+    def _deliver(self, processor: RecordProcessor, batch: RecordBatch) -> bool:
         """Process one batch, retrying until it succeeds; False when interrupted first."""
         held = self._held
         end = Position.of(batch[-1])
+        batch.millis_behind_latest = max(0, (now_us() - batch[-1].commit_timestamp) // 1000)
         with held.lock:
             held.permitted = end
         if not self._retry(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import abc
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -43,6 +43,22 @@ class InitializationContext:
     checkpoint: Position | None
 
 
+class RecordBatch(list[DataChangeRecord]):
+    """One batch of a partition's records, in commit order: a list, plus how far behind it is.
+
+    ``millis_behind_latest`` (KCL's name) is how far behind current time the processor is:
+    milliseconds from the commit of the batch's last record to the moment the batch is
+    handed over. At the head of the stream it is the commit-to-processor latency (a few
+    milliseconds); while a backlog is worked off it is the age of the backlog.
+    """
+
+    __slots__ = ("millis_behind_latest",)
+
+    def __init__(self, records: Iterable[DataChangeRecord] = (), millis_behind_latest: int = 0):
+        super().__init__(records)
+        self.millis_behind_latest = millis_behind_latest
+
+
 class RecordProcessor(abc.ABC):
     """Processes one partition's records in order (the seed's IRecordProcessor).
 
@@ -55,8 +71,9 @@ class RecordProcessor(abc.ABC):
         """Called once before the first batch of the partition."""
 
     @abc.abstractmethod
-    def process_records(self, records: list[DataChangeRecord], checkpointer: Checkpointer) -> None:
-        """Handle one batch, in commit order. Raising retries the same batch with backoff;
+    def process_records(self, records: RecordBatch, checkpointer: Checkpointer) -> None:
+        """Handle one batch, in commit order (``records.millis_behind_latest`` says how far
+        behind it is). Raising retries the same batch with backoff;
         ``checkpointer.checkpoint()`` marks everything delivered so far as done."""
 
     def shutdown(self, reason: ShutdownReason, checkpointer: Checkpointer) -> None:  # noqa: B027

@@ -125,6 +125,8 @@ class StreamClient:
         self._thread_prefix = f"changestream-{worker_id}"
         self._executor = ThreadPoolExecutor(_MAX_THREADS, self._thread_prefix)
         self._stopping = threading.Event()
+        #: Partitions catching up read one batch at a time (see PartitionConsumer._catch_up).
+        self._catch_up_gate = threading.Lock()
         self._done = threading.Event()
         self._lock = threading.Lock()
         self._started = False
@@ -207,6 +209,7 @@ class StreamClient:
             self._stopping,
             self._executor,
             self._fail,
+            self._catch_up_gate,
         )
         self._executor.submit(consumer.run)
 
