@@ -312,3 +312,37 @@ def test_json_forms_of_each_record_type(open_db: OpenDb, tmp_path: Path) -> None
         ] == [1, 0, 0]
         assert struct["data_change_record"][0] == rows.pop(0)[0]["data_change_record"]
     db.close()
+
+
+def test_records_of_the_same_columns_share_their_column_types_and_others_do_not() -> None:
+    def payload(columns: list[dict[str, Any]]) -> bytes:
+        record = DataChangeRecord.from_dict(1, _FIELDS | {"column_types": columns})
+        return record.to_json().encode()
+
+    array = {"code": "ARRAY", "array_element_type": {"code": "INT64"}}
+    strings = {"code": "ARRAY", "array_element_type": {"code": "STRING"}}
+    first = DataChangeRecord.from_payload(1, payload([ACCOUNT_ID, LAST_UPDATE]))
+    second = DataChangeRecord.from_payload(2, payload([ACCOUNT_ID, LAST_UPDATE]))
+    assert first.column_types is second.column_types
+    ints = DataChangeRecord.from_payload(3, payload([ACCOUNT_ID | {"type": array}]))
+    texts = DataChangeRecord.from_payload(4, payload([ACCOUNT_ID | {"type": strings}]))
+    renamed = DataChangeRecord.from_payload(5, payload([ACCOUNT_ID | {"name": "Id"}]))
+    assert [c.to_dict() for c in first.column_types] == [ACCOUNT_ID, LAST_UPDATE]
+    assert [c.type for c in ints.column_types] == [array]
+    assert [c.type for c in texts.column_types] == [strings]
+    assert [c.name for c in renamed.column_types] == ["Id"]
+
+
+_FIELDS: dict[str, Any] = {
+    "record_sequence": "00000000",
+    "server_transaction_id": "tx",
+    "is_last_record_in_transaction_in_partition": True,
+    "table_name": "AccountBalance",
+    "mods": [{"keys": {"AccountId": "a"}, "new_values": {}, "old_values": {}}],
+    "mod_type": "UPDATE",
+    "value_capture_type": "OLD_AND_NEW_VALUES",
+    "number_of_records_in_transaction": 1,
+    "number_of_partitions_in_transaction": 1,
+    "transaction_tag": "",
+    "is_system_transaction": False,
+}

@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 
@@ -244,7 +244,7 @@ class PartitionConsumer:
         self._end(processor, self._interruption())
 
     def _process(
-        self, processor: RecordProcessor, items: list[_Item]
+        self, processor: RecordProcessor, items: Sequence[_Item]
     ) -> ChildPartitionsRecord | _ReadFailed | None:
         """Deliver the data records of ``items`` in batches and apply their heartbeats.
 
@@ -317,7 +317,7 @@ class PartitionConsumer:
             return stop
         return None
 
-    def _read_committed(self, start: Position, end: int) -> Generator[list[_Item]]:
+    def _read_committed(self, start: Position, end: int) -> Generator[Sequence[_Item]]:
         """The partition's records after ``start`` and committed up to ``end``, a batch at a
         time, each read under the catch-up gate; a failure comes as a last ``_ReadFailed``."""
         records = None
@@ -336,7 +336,9 @@ class PartitionConsumer:
                     chunk = list(itertools.islice(iterator, self._config.max_records))
                 if not chunk:
                     return
-                yield [record for record in chunk if not _replayed(record, start)]
+                if chunk[0].timestamp <= start.timestamp:
+                    chunk = [record for record in chunk if not _replayed(record, start)]
+                yield chunk
                 del chunk
         except Exception as exc:
             yield [_ReadFailed(exc)]
@@ -361,9 +363,12 @@ class PartitionConsumer:
                 self._held.token,
                 self._config.heartbeat_milliseconds,
             )
+            resuming = True
             for record in records:
-                if _replayed(record, start):
-                    continue
+                if resuming:
+                    if _replayed(record, start):
+                        continue
+                    resuming = record.timestamp <= start.timestamp
                 if not mailbox.put(record) or record.ends_partition:
                     return
             # A live read ends only with child partitions; anything else would lose the rest.

@@ -41,6 +41,31 @@ class Mod:
         return {"keys": self.keys, "new_values": self.new_values, "old_values": self.old_values}
 
 
+#: Column types already decoded, by their JSON (bounded: cleared when full).
+_KNOWN_COLUMN_TYPES: dict[bytes, tuple[ColumnTypeInfo, ...]] = {}
+_MAX_KNOWN_COLUMN_TYPES = 4096
+
+
+def _column_types(columns: list[dict[str, Any]]) -> tuple[ColumnTypeInfo, ...]:
+    """``column_types`` of a record, shared with earlier records of the same columns.
+
+    Records of a table nearly always carry the same column types; sharing the (immutable)
+    objects makes decoding cheaper and leaves fewer objects per record for the garbage
+    collector to walk while batches of records are alive.
+    """
+    key = orjson.dumps(columns)
+    known = _KNOWN_COLUMN_TYPES.get(key)
+    if known is None:
+        known = tuple(
+            ColumnTypeInfo(c["name"], c["type"], c["is_primary_key"], c["ordinal_position"])
+            for c in columns
+        )
+        if len(_KNOWN_COLUMN_TYPES) >= _MAX_KNOWN_COLUMN_TYPES:
+            _KNOWN_COLUMN_TYPES.clear()
+        _KNOWN_COLUMN_TYPES[key] = known
+    return known
+
+
 _T_co = TypeVar("_T_co", covariant=True)
 
 
@@ -152,10 +177,7 @@ class DataChangeRecord(_JsonRecord):
                 "is_last_record_in_transaction_in_partition"
             ],
             table_name=data["table_name"],
-            column_types=tuple(
-                ColumnTypeInfo(c["name"], c["type"], c["is_primary_key"], c["ordinal_position"])
-                for c in data["column_types"]
-            ),
+            column_types=_column_types(data["column_types"]),
             mods=tuple([Mod(m["keys"], m["new_values"], m["old_values"]) for m in data["mods"]]),
             mod_type=data["mod_type"],
             value_capture_type=data["value_capture_type"],
