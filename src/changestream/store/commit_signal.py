@@ -22,10 +22,11 @@ from contextlib import contextmanager
 
 log = logging.getLogger(__name__)
 
-#: The poller's first and longest pause between looks at the watermark: it starts fast after
-#: each move it sees and backs off while nothing happens.
+#: The poller's first and longest pause between looks at the watermark: it looks fast while
+#: commits come (for ``ACTIVE_S`` after the last move it saw) and backs off when they stop.
 FIRST_POLL_S = 0.0005
 MAX_POLL_S = 0.004
+ACTIVE_S = 0.05
 #: How long the poller stays after the last listener left (a new one then needs no restart).
 _LINGER_S = 1.0
 #: How long a new listener waits for a starting poller to take its first look.
@@ -103,6 +104,7 @@ class CommitSignal:
                 self._announced = max(self._announced, self._watermark(conn))
             polling.set()
             pause = FIRST_POLL_S
+            moved = time.monotonic()
             alone_since: float | None = None
             while not self._closed():
                 with self._cond:
@@ -115,10 +117,11 @@ class CommitSignal:
                         return
                 seen = self._watermark(conn)
                 if seen > self._announced:
-                    pause = FIRST_POLL_S
+                    moved = time.monotonic()
                     self.notify(seen)
                 time.sleep(pause)
-                pause = min(pause * 2, MAX_POLL_S)
+                active = time.monotonic() - moved < ACTIVE_S
+                pause = FIRST_POLL_S if active else min(pause * 2, MAX_POLL_S)
         except Exception:
             if not self._closed():  # readers fall back on their timeouts meanwhile
                 log.exception("the commit poller stopped")
