@@ -508,6 +508,37 @@ def test_a_backlog_comes_in_full_batches_in_commit_order_then_live_records_follo
     assert [len(batch) for batch in batches[:12]] == [20] * 12
 
 
+def test_a_backlog_across_splits_and_merges_is_caught_up_in_key_order(
+    acc: tuple[EmbeddedDatabase, int],
+) -> None:
+    db, created = acc
+    expected: dict[int, list[int]] = defaultdict(list)
+
+    def commit(value: int) -> None:
+        rows = [[value % 30, value], [(value * 7 + 3) % 30, value]]
+        rows = list({k: [k, v] for k, v in rows}.values())
+        write(db, rows)
+        for k, v in rows:
+            expected[k].append(v)
+
+    for value in range(80):
+        commit(value)
+    db.split_at("Acc", (15,))
+    for value in range(80, 160):
+        commit(value)
+    db.merge_at("Acc", (15,))
+    for value in range(160, 240):
+        commit(value)
+    log = Log()
+    # Small batches: every partition is caught up in many bounded reads, ending at its end.
+    with running(client(db, created, "w1", lambda: Recorder(log, "w1"), max_records=7)):
+        wait_for("every mod", lambda: log.count() == sum(map(len, expected.values())))
+        commit(240)
+        wait_for("the live mod", lambda: log.count() == sum(map(len, expected.values())))
+    assert log.values() == expected
+    assert [reason for _, _, reason in log.shutdowns].count(ShutdownReason.PARTITION_END) == 3
+
+
 def test_each_batch_says_how_far_behind_it_is(acc: tuple[EmbeddedDatabase, int]) -> None:
     db, created = acc
     write(db, [[1, 1]])

@@ -1,8 +1,10 @@
 """The partition consumer: reads one leased partition and feeds its processor in order.
 
-A reader thread tails the partition with the read function into a bounded mailbox; the
-consumer thread takes whatever has arrived (up to ``max_records``) as one batch, so a batch
-goes out as soon as records are there instead of waiting for a full one.
+What is already committed is caught up first, in full batches, by the consumer thread itself
+with bounded reads (one batch at a time per worker). Then a reader thread tails the partition
+with the read function into a bounded mailbox; the consumer thread takes whatever has arrived
+(up to ``max_records``) as one batch, so a batch goes out as soon as records are there instead
+of waiting for a full one.
 """
 
 from __future__ import annotations
