@@ -37,6 +37,7 @@ from changestream.client import (
 from changestream.client.lease_table import END, PARTITION_LEASE, describe_leases
 from changestream.client.taker import LeaseTaker
 from changestream.embedded.database import store_of
+from tests.conftest import FixedClock
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -537,6 +538,25 @@ def test_a_backlog_across_splits_and_merges_is_caught_up_in_key_order(
         wait_for("the live mod", lambda: log.count() == sum(map(len, expected.values())))
     assert log.values() == expected
     assert [reason for _, _, reason in log.shutdowns].count(ShutdownReason.PARTITION_END) == 3
+
+
+def test_a_database_clock_behind_this_one_does_not_hold_the_catch_up(tmp_path: Path) -> None:
+    # A replay clock far behind the wall clock: a read up to "now" waits for commits, and
+    # the partition goes live after the first heartbeat instead of waiting for the clock.
+    clock = FixedClock("2024-01-01T00:00:00Z")
+    with changestream.open(str(tmp_path / "replay.db"), clock=clock) as db:
+        db.set_split_policy(enabled=False)
+        db.execute_ddl("CREATE TABLE Acc (K INT64 NOT NULL, V INT64) PRIMARY KEY (K)")
+        created = db.execute_ddl(f"CREATE CHANGE STREAM {STREAM} FOR Acc")
+        clock.set("2024-01-01T00:00:01Z")
+        write(db, [[1, 1], [2, 1]])
+        log = Log()
+        with running(client(db, created, "w1", lambda: Recorder(log, "w1"))):
+            wait_for("the backlog", lambda: log.count() == 2, timeout=10)
+            clock.set("2024-01-01T00:00:02Z")
+            write(db, [[1, 2]])
+            wait_for("the live mod", lambda: log.count() == 3, timeout=10)
+    assert log.values() == {1: [1, 2], 2: [1]}
 
 
 def test_each_batch_says_how_far_behind_it_is(acc: tuple[EmbeddedDatabase, int]) -> None:

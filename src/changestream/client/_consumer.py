@@ -10,7 +10,6 @@ of waiting for a full one.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import logging
 import threading
 import time
@@ -34,6 +33,7 @@ from changestream.client.lease_table import checkpoint_of
 from changestream.clock import now_us
 from changestream.errors import DatabaseBusy, FailedPrecondition
 from changestream.retry import retrying
+from changestream.streams.chunks import next_chunk
 from changestream.streams.positions import Position
 from changestream.streams.records import (
     ChangeRecord,
@@ -287,24 +287,24 @@ class PartitionConsumer:
         a worker catching up on many partitions reads one batch at a time, because threads
         decoding records at once only slow each other down (the GIL), and a batch goes
         from the read straight to the processor in this thread. Ends when a read finds less
-        than a batch (the partition is near its head), on an interruption or a fatal read
-        error; returns the child partitions when the partition ended.
+        than a batch or idles until a heartbeat (the database's clock is behind this one's:
+        the partition is at its head), on an interruption or a fatal read error; returns
+        the child partitions when the partition ended.
         """
         while self._interruption() is None:
             start = self._held.processed
-            # With a remote database this is the client's clock: a server behind it makes
-            # the read wait for its own clock to get there, no longer.
             end = max(now_us(), start.timestamp)
             read = 0
             with contextlib.closing(self._read_committed(start, end)) as chunks:
                 stop: ChildPartitionsRecord | _ReadFailed | None = None
                 for items in chunks:
                     read += len(items)
+                    idle = bool(items) and isinstance(items[-1], HeartbeatRecord)
                     stop = self._process(processor, items)
                     # Let go of the batch before waiting for the gate: records kept alive
                     # by threads waiting their turn make every garbage collection slower.
                     del items
-                    if stop is not None or self._interruption() is not None:
+                    if stop is not None or idle or self._interruption() is not None:
                         break
                 else:
                     # The read function delivered everything committed up to ``end``.
@@ -335,7 +335,7 @@ class PartitionConsumer:
                 iterator = iter(records)
             while True:
                 with self._catch_up_gate:
-                    chunk = list(itertools.islice(iterator, self._config.max_records))
+                    chunk = next_chunk(iterator, self._config.max_records)
                 if not chunk:
                     return
                 if chunk[0].timestamp <= start.timestamp:

@@ -64,7 +64,13 @@ class ChangeStreamCursor(CursorIteration):
         #: Where the stream resumes: events at or before it are left out.
         self._after = self._token
         try:
-            self._merge = PartitionMerge(db, source.stream, start, options.batch_size)
+            self._merge = PartitionMerge(
+                db,
+                source.stream,
+                start,
+                options.batch_size,
+                now=lambda: db.ensure_watch_stream().now,
+            )
         except OutOfRange as exc:
             detail = (
                 str(exc)

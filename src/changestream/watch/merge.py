@@ -39,9 +39,12 @@ import queue
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from contextlib import suppress
 
+from changestream.clock import now_us
 from changestream.errors import FailedPrecondition
+from changestream.streams.chunks import next_chunk
 from changestream.streams.lineage import parents_finished
 from changestream.streams.records import (
     ChangeRecord,
@@ -86,6 +89,7 @@ class _Partition:
 
     __slots__ = (
         "buffer",
+        "catching_up",
         "done",
         "floor",
         "heard",
@@ -111,6 +115,9 @@ class _Partition:
         #: When the merge last got something from the reader (monotonic seconds).
         self.heard = 0.0
         self.reading = False
+        #: True while its reader hands over the committed backlog (it is behind, not idle:
+        #: the merge does not probe it, each bounded read ends with a heartbeat).
+        self.catching_up = False
         #: Set once the partition has ended (or the merge closed): its reader stops.
         self.done = False
         # sent - taken is how far the reader is ahead; each count has a single writer.
@@ -119,7 +126,8 @@ class _Partition:
         self.room = threading.Event()
 
 
-Item = ChangeRecord | BaseException | None
+#: What a reader hands the merge: a record, a chunk of records, or the error that stopped it.
+Item = ChangeRecord | list[ChangeRecord] | BaseException | None
 
 
 class PartitionMerge:
@@ -127,14 +135,26 @@ class PartitionMerge:
 
     ``read_ahead`` bounds the records each reader may have handed over but the merge not yet
     handed out, so a slow consumer holds memory steady rather than the readers running away.
+    ``now`` is the database's clock (microseconds): readers catch up to it before they follow
+    their partitions live.
     """
 
-    def __init__(self, db: ChangeStreamSource, stream: str, start: int, read_ahead: int) -> None:
+    def __init__(
+        self,
+        db: ChangeStreamSource,
+        stream: str,
+        start: int,
+        read_ahead: int,
+        now: Callable[[], int] = now_us,
+    ) -> None:
         self._db = db
+        self._now = now
         self._stream = stream
         self._read_ahead = read_ahead
         self._inbox: queue.SimpleQueue[tuple[_Partition | None, Item]] = queue.SimpleQueue()
         self._stop = threading.Event()
+        #: Readers catching up read one chunk at a time (see ``_catch_up``).
+        self._gate = threading.Lock()
         self._partitions: dict[str, _Partition] = {}
         self._finished: set[str] = set()
         self._numbers = itertools.count()
@@ -177,7 +197,7 @@ class PartitionMerge:
                 ask_at = [
                     (max(self._blocked_since, p.heard) + PROBE_AFTER_S, p)
                     for p in self._blockers(self._heads[0][0])
-                    if p.reading
+                    if p.reading and not p.catching_up
                 ]
                 due = [p for at, p in ask_at if at <= now]
                 if due:
@@ -277,22 +297,24 @@ class PartitionMerge:
         return part
 
     def _start(self, part: _Partition) -> None:
-        part.reading = True
+        part.reading = part.catching_up = True
         READERS.submit(lambda: self._read(part))
 
     def _read(self, part: _Partition) -> None:
-        """A reader thread: the partition's live query, into the inbox."""
-        limit = self._read_ahead
+        """A reader thread: the partition's committed backlog, then its live query, into the
+        inbox."""
         try:
+            start = self._catch_up(part)
+            if start is None:
+                return
+            part.catching_up = False
             records = self._db.read_change_stream(
-                self._stream, part.start, None, part.token, HEARTBEAT_MS
+                self._stream, start, None, part.token, HEARTBEAT_MS
             )
             for record in records:
                 if record.is_data_change:
-                    while part.sent - part.taken >= limit and not part.done:
-                        part.room.clear()
-                        if part.sent - part.taken >= limit:
-                            part.room.wait(_STOP_CHECK_S)
+                    if not self._room(part):
+                        return
                     part.sent += 1
                 if part.done:
                     return
@@ -306,6 +328,64 @@ class PartitionMerge:
         except Exception as exc:
             if not part.done:
                 self._inbox.put((part, exc))
+
+    def _catch_up(self, part: _Partition) -> int | None:
+        """Hand over what the partition has already committed, in chunks, with bounded reads
+        up to now; returns where its live query starts, or None once it ended or the merge
+        stopped.
+
+        A chunk is read while holding the merge's catch-up gate: readers decoding at once only
+        slow each other down (the GIL), and a chunk goes through the inbox as one item. Each
+        bounded read ends with a heartbeat at its end, which is the partition's promise that
+        nothing more is at or below it. Catching up ends with a read that found less than a
+        chunk, or that waited for commits until a heartbeat: the partition is at its head.
+        """
+        start = part.start
+        while not part.done:
+            end = max(self._now(), start)
+            records = self._db.read_change_stream(
+                self._stream, start, end, part.token, HEARTBEAT_MS
+            )
+            found = 0
+            try:
+                iterator = iter(records)
+                while room := self._room(part):
+                    with self._gate:
+                        chunk = next_chunk(iterator, room)
+                    if not chunk:
+                        break
+                    found += len(chunk)
+                    part.sent += sum(record.is_data_change for record in chunk)
+                    self._inbox.put((part, chunk))
+                    if part.done:
+                        return None
+                    if isinstance(chunk[-1], HeartbeatRecord):
+                        # The read waited for commits: the partition is at its head.
+                        return chunk[-1].timestamp
+                    del chunk
+            finally:
+                close = getattr(records, "close", None)
+                if close is not None:
+                    close()
+            if part.done:
+                return None
+            self._inbox.put((part, HeartbeatRecord(end, part.token)))
+            # Reads start at a timestamp, not after it: what comes again at ``end`` sorts
+            # below the floor and is dropped.
+            start = end
+            if found < self._read_ahead:
+                return start
+        return None
+
+    def _room(self, part: _Partition) -> int:
+        """How many records the partition's reader may hand over now, waiting for room; 0
+        once the partition ended or the merge stopped."""
+        limit = self._read_ahead
+        while part.sent - part.taken >= limit and not part.done:
+            part.room.clear()
+            if part.sent - part.taken >= limit:
+                part.room.wait(_STOP_CHECK_S)
+        return 0 if part.done else limit - (part.sent - part.taken)
 
     def _drain(self) -> None:
         while True:
@@ -321,7 +401,11 @@ class PartitionMerge:
         if isinstance(item, BaseException):
             raise item
         part.heard = time.monotonic()
-        self._accept(part, item, counted=item.is_data_change)
+        if isinstance(item, list):
+            for record in item:
+                self._accept(part, record, counted=record.is_data_change)
+        else:
+            self._accept(part, item, counted=item.is_data_change)
 
     def _accept(self, part: _Partition, record: ChangeRecord, counted: bool) -> None:
         if isinstance(record, DataChangeRecord):

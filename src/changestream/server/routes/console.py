@@ -178,7 +178,7 @@ async def tail(request: Request, state: ServerState, principal: Principal, _: No
         store = store_of(db)
         created = store.catalog().stream(stream_name).created_ts  # unknown: an error response
         begin = store.now() if start is None else max(start, created)
-        merge = PartitionMerge(db, stream_name, begin, _TAIL_BATCH * 4)
+        merge = PartitionMerge(db, stream_name, begin, _TAIL_BATCH * 4, now=store.now)
         return _tail_lines(merge, line_stream, state, end, _Filter(table, mod_type, key))
 
     def render(line: dict[str, Any]) -> bytes:
