@@ -24,6 +24,14 @@ records again; the floor drops them. A probe takes at most ``PROBE_RECORDS`` rec
 partition with more is behind (its reader has just started), not idle, and the probe leaves its
 floor at the last record taken rather than read its backlog twice.
 
+Catching up: a reader first hands over what its partition has already committed, with bounded
+reads up to the database's clock, a chunk (up to ``read_ahead`` records) per inbox item, each
+chunk read while holding the merge's catch-up gate, so one reader decodes at a time instead of
+sixteen fighting over the GIL. Each bounded read ends with a heartbeat at its end (its promise),
+and the merge does not probe a partition that is catching up. A read that found less than a
+chunk, or that waited for commits until a heartbeat, ends the catch-up: the live query starts
+there.
+
 Why threads rather than polling every partition from the merge: a live query is the read
 function's own way to tail a partition (it sleeps on the commit signal and promises with
 heartbeats), it maps onto one long streaming request per partition against a remote database,
