@@ -17,15 +17,18 @@ import logging
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
+from typing import Any, TypeVar
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 #: The poller's first and longest pause between looks at the watermark: it looks fast while
 #: commits come (for ``ACTIVE_S`` after the last move it saw) and backs off when they stop.
 FIRST_POLL_S = 0.0005
-MAX_POLL_S = 0.004
+MAX_POLL_S = 0.008
 ACTIVE_S = 0.05
 #: How long the poller stays after the last listener left (a new one then needs no restart).
 _LINGER_S = 1.0
@@ -51,6 +54,9 @@ class CommitSignal:
         self._listeners = 0
         self._poller: threading.Thread | None = None
         self._polling = threading.Event()
+        self._shared_lock = threading.Lock()
+        self._shared_generation = -1
+        self._shared_results: dict[Hashable, tuple[Hashable, Any]] = {}
 
     @property
     def generation(self) -> int:
@@ -87,6 +93,33 @@ class CommitSignal:
         finally:
             with self._cond:
                 self._listeners -= 1
+
+    def shared(
+        self, generation: int, place: Hashable, question: Hashable, compute: Callable[[], T]
+    ) -> T:
+        """``compute()``, once for all callers asking ``question`` at ``place`` in
+        ``generation``.
+
+        Readers woken by the same commit often read the same thing (many live readers of one
+        partition): the first computes it, the others take the result instead of each
+        running the same queries. A generation taken before computing makes a result at
+        least as new as that generation. One result is kept per place, of the newest
+        generation only, so a reader working through a backlog alone holds no more than its
+        last answer.
+        """
+        with self._shared_lock:
+            if generation > self._shared_generation:
+                self._shared_generation = generation
+                self._shared_results.clear()
+            elif generation < self._shared_generation:
+                return compute()
+            kept = self._shared_results.get(place)
+            if kept is not None and kept[0] == question:
+                result: T = kept[1]
+                return result
+            result = compute()
+            self._shared_results[place] = (question, result)
+            return result
 
     def wait(self, seen: int, timeout: float) -> int:
         """Wait until the generation moves past ``seen`` (something committed since it was

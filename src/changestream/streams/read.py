@@ -3,6 +3,7 @@ heartbeat_milliseconds)`` over the change log, following the seed's query workfl
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -228,8 +229,19 @@ class ChangeStreamReader(Generic[D]):
         delivered = request.start - 1
         last_emit = time.monotonic()
         seen = signal.generation
+        live = request.end is None
         while True:
-            through, end_ts, rows = self._snapshot(split.split_id, cursor)
+            if live:
+                # Live readers of this partition woken by the same commit read it once.
+                generation = signal.generation
+                through, end_ts, rows = signal.shared(
+                    generation,
+                    (request.stream.stream_id, split.split_id),
+                    cursor,
+                    functools.partial(self._snapshot, split.split_id, cursor),
+                )
+            else:
+                through, end_ts, rows = self._snapshot(split.split_id, cursor)
             for commit_ts, _, payload in rows:
                 yield self._data_record(commit_ts, payload, token)
             if rows:
