@@ -14,7 +14,10 @@ upserts of distinct random keys below ``--keys``, ``--rows-per-txn`` rows per tr
    each micro-batch (planning, addBatch, offsets) and the stages' wall time inside addBatch.
 3. Live: the JSON stream's pipeline runs while a writer process commits ``--rate`` changes/s
    for ``--seconds``; each change's lag is the end of the first micro-batch whose end offset
-   covers its commit timestamp (from the event log) minus that commit timestamp.
+   covers its commit timestamp (from the event log) minus that commit timestamp. Where that
+   time goes: the medians, over the micro-batches that carried the writer's changes, of
+   Spark's durations (``latestOffset``, ``addBatch``, the offset log) and of the time its
+   tasks ran inside each batch, and the longest batch.
 
 Every phase checks what it produced and exits non-zero on a mismatch: the event files hold
 exactly the uuids of the changes committed after ``streams start`` (derived from the read
@@ -467,7 +470,8 @@ def live(path: str, tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
     _, everything = read_changes(path, 0, last)
     check_events(tmp / "events-json", name, everything)
     check_replica(path, tmp, "json")
-    batches = spark_metrics(eventlog)["batches"]
+    metrics = spark_metrics(eventlog)
+    batches = metrics["batches"]
     lags = []
     for ts, *_ in changes:
         ends = [b["end"] for b in batches if b["watermark"] >= ts]
@@ -475,7 +479,26 @@ def live(path: str, tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
             raise fail(f"live: no micro-batch covers the change committed at {ts}")
         lags.append(min(ends) - ts / 1000)
     ordered = sorted(lags)
+    # Where a live change's wait goes: the micro-batches that carried the writer's changes.
+    carried = [b for b in batches if warm < b["watermark"] and b["begin"] * 1000 < last]
+    phases = ("triggerExecution", "latestOffset", "addBatch", "walCommit", "commitOffsets")
+    for batch in carried:
+        batch["tasks"] = sum(
+            max(0, min(end, batch["end"]) - max(begin, batch["begin"]))
+            for begin, end in metrics["stages"]
+        )
     return {
+        **{
+            f"batch_{phase}_ms_p50": statistics.median(b.get(phase, 0) for b in carried)
+            for phase in (*phases, "tasks")
+            if carried
+        },
+        **(
+            {"batch_triggerExecution_ms_max": max(b["triggerExecution"] for b in carried)}
+            if carried
+            else {}
+        ),
+        "batches": len(carried),
         "target_changes_per_s": args.rate,
         "rows_per_txn": args.live_rows_per_txn,
         "changes": len(changes),
