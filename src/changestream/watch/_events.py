@@ -22,6 +22,7 @@ created), ``modify`` (a column added, dropped or altered), ``createIndexes`` and
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
@@ -104,6 +105,7 @@ class EventBuilder:
         self._expanded = options.show_expanded_events
         self._null_as_missing = options.null_as_missing
         self._dropped = _DroppedColumns()
+        self._times: tuple[int, ClusterTime | None, dt.datetime | None] = (-1, None, None)
 
     def events(self, record: DataChangeRecord, key: tuple[int, int, int]) -> list[Event]:
         """The record's events with their resume tokens, in order (``key``: its place in
@@ -113,8 +115,10 @@ class EventBuilder:
             return []
         commit_ts, transaction, sequence = key
         operation = _OPERATIONS[record.mod_type]
-        cluster_time = ClusterTime.from_us(commit_ts)
-        wall_time = to_datetime(commit_ts)
+        if commit_ts != self._times[0]:
+            # The records of a transaction come one after another and share these.
+            self._times = (commit_ts, ClusterTime.from_us(commit_ts), to_datetime(commit_ts))
+        _, cluster_time, wall_time = self._times
         in_transaction = record.number_of_records_in_transaction > 1 or len(record.mods) > 1
         events: list[Event] = []
         for index, mod in enumerate(record.mods):

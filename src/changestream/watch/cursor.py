@@ -61,8 +61,9 @@ class ChangeStreamCursor(CursorIteration):
         else:
             start = source.now if options.start_at is None else options.start_at
             self._token = ResumeToken(start)
-        #: Where the stream resumes: events at or before it are left out.
-        self._after = self._token
+        #: Where the stream resumes: events at or before it are left out (None once an event
+        #: after it came: the ones after that come in order, after it too).
+        self._after: ResumeToken | None = self._token
         try:
             self._merge = PartitionMerge(
                 db,
@@ -135,19 +136,27 @@ class ChangeStreamCursor(CursorIteration):
         if self._table is not None and record.table_name != self._table:
             return
         for token, event in self._builder.events(record, key):
-            if not self._after.skips(token.key):
+            if not self._skips(token):
                 self._emit(token, event)
         if self._table is not None and record.mod_type in INVALIDATING:
             token, event = self._builder.invalidate(key)
-            if not self._after.skips(token.key):
+            if not self._skips(token):
                 self._emit(token, event)
                 self._invalidated = True
+
+    def _skips(self, token: ResumeToken) -> bool:
+        if self._after is None:
+            return False
+        if self._after.skips(token.key):
+            return True
+        self._after = None
+        return False
 
     def _emit(self, token: ResumeToken, event: Document) -> None:
         out = self._pipeline.apply(event)
         if out is None:
             return
-        if out.get("_id") != event["_id"]:
+        if out is not event and out.get("_id") != event["_id"]:
             self.close()
             raise InvalidArgument(
                 "the pipeline removed or changed _id, which holds the event's resume token, so "
