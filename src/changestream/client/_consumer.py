@@ -33,7 +33,7 @@ from changestream.client.lease_table import checkpoint_of
 from changestream.clock import now_us
 from changestream.errors import DatabaseBusy, FailedPrecondition
 from changestream.retry import retrying
-from changestream.streams.chunks import next_chunk
+from changestream.streams.chunks import close_read, next_chunk
 from changestream.streams.positions import Position
 from changestream.streams.records import (
     ChangeRecord,
@@ -345,9 +345,7 @@ class PartitionConsumer:
         except Exception as exc:
             yield [_ReadFailed(exc)]
         finally:
-            close = getattr(records, "close", None)
-            if close is not None:
-                close()
+            close_read(records)
 
     def _start_reader(self, start: Position) -> _Mailbox:
         """Start tailing the partition after ``start``; records arrive in the mailbox."""
@@ -381,9 +379,7 @@ class PartitionConsumer:
         except Exception as exc:
             mailbox.put(_ReadFailed(exc))
         finally:
-            close = getattr(records, "close", None)
-            if close is not None:
-                close()
+            close_read(records)
 
     # -- processing -----------------------------------------------------------------------
 

@@ -1,4 +1,5 @@
-"""Reading a change stream query a chunk at a time, as far as it has records now."""
+"""Reading a change stream query a chunk at a time, as far as it has records now, and ending
+it early."""
 
 from __future__ import annotations
 
@@ -16,3 +17,11 @@ def next_chunk(records: Iterator[ChangeRecord], limit: int) -> list[ChangeRecord
         if len(chunk) >= limit or isinstance(record, HeartbeatRecord):
             break
     return chunk
+
+
+def close_read(records: object) -> None:
+    """End a read-function query before its end: a live read holds a connection (or, remote,
+    a streaming response) until it is closed; a plain iterable has nothing to close."""
+    close = getattr(records, "close", None)
+    if close is not None:
+        close()

@@ -52,7 +52,7 @@ from contextlib import suppress
 
 from changestream.clock import now_us
 from changestream.errors import FailedPrecondition
-from changestream.streams.chunks import next_chunk
+from changestream.streams.chunks import close_read, next_chunk
 from changestream.streams.lineage import parents_finished
 from changestream.streams.records import (
     ChangeRecord,
@@ -290,9 +290,7 @@ class PartitionMerge:
                         complete = False  # not idle, only behind: its reader carries on
                         break
             finally:
-                close = getattr(records, "close", None)
-                if close is not None:
-                    close()
+                close_read(records)
             if complete and not part.done:
                 part.floor = max(part.floor, _above(target))
 
@@ -372,9 +370,7 @@ class PartitionMerge:
                         return chunk[-1].timestamp
                     del chunk
             finally:
-                close = getattr(records, "close", None)
-                if close is not None:
-                    close()
+                close_read(records)
             if part.done:
                 return None
             self._inbox.put((part, HeartbeatRecord(end, part.token)))
