@@ -8,12 +8,14 @@ import decimal
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 import changestream
 from changestream import DataChangeRecord, KeyRange
 from changestream.clock import now_us
 from changestream.embedded.database import store_of
+from changestream.wire.records import StoredDataChange, record_from_line
 
 SINGERS = (
     "CREATE TABLE Singers (SingerId INT64 NOT NULL, FirstName STRING(100), "
@@ -419,4 +421,59 @@ def test_empty_mutations_are_no_ops(tmp_path: Path) -> None:
         tx.insert_or_update("Singers", ["SingerId", "Age"], [])
         tx.delete("Singers", [])
     assert records(db, "S") == []
+    db.close()
+
+
+def test_batch_inserts_are_stored_compact_and_read_back_in_the_seed_form(tmp_path: Path) -> None:
+    db = open_with(
+        tmp_path,
+        "CREATE CHANGE STREAM AllOf FOR Singers",
+        "CREATE CHANGE STREAM Names FOR Singers(FirstName)",
+    )
+    with db.transaction() as tx:
+        # Columns out of schema order, one left out (NULL): the compiled builder's path.
+        tx.insert("Singers", ["Age", "SingerId", "FirstName"], [[30, 1, "Ann"], [41, 2, "Bo"]])
+    with db.transaction() as tx:
+        # A batch and a single-row insert in one record: stored in the seed's form.
+        tx.insert("Singers", ["SingerId", "FirstName", "LastName", "Age"], [[3, "Cy", "Ma", 5]])
+        tx.insert_or_update("Singers", ["SingerId", "FirstName"], [[4, "Di"]])
+
+    def row(key: int, first: str, last: str | None, age: int | None) -> dict[str, Any]:
+        values = {"FirstName": first, "LastName": last, "Age": age}
+        return {"keys": {"SingerId": key}, "new_values": values, "old_values": {}}
+
+    expected = [
+        [row(1, "Ann", None, 30), row(2, "Bo", None, 41)],
+        [row(3, "Cy", "Ma", 5), row(4, "Di", None, None)],
+    ]
+    assert [mods(r) for r in records(db, "AllOf")] == expected
+    names = [
+        [{**m, "new_values": {"FirstName": m["new_values"]["FirstName"]}} for m in r]
+        for r in expected
+    ]
+    assert [mods(r) for r in records(db, "Names")] == names
+
+    stream_id = store_of(db).catalog().stream("AllOf").stream_id
+    stored = (
+        store_of(db)
+        .connection()
+        .execute(
+            "SELECT commit_ts, payload FROM _cs_log WHERE stream_id = ? ORDER BY commit_ts",
+            (stream_id,),
+        )
+        .fetchall()
+    )
+    first, second = (orjson.loads(payload) for _, payload in stored)
+    assert "mods" not in first
+    assert first["mod_columns"] == [["SingerId"], ["FirstName", "LastName", "Age"], []]
+    assert first["mod_values"] == [[1, "Ann", None, 30], [2, "Bo", None, 41]]
+    assert "mod_values" not in second and second["mods"] == expected[1]
+
+    # The server sends what is stored as the seed's JSON, mods expanded, fields in order.
+    read = records(db, "AllOf")
+    for (commit_ts, payload), record in zip(stored, read, strict=True):
+        line = orjson.loads(StoredDataChange(commit_ts, payload, record.partition_token).line())
+        assert list(line["record"]) == list(record.to_dict())
+        assert line["record"] == record.to_dict()
+        assert record_from_line(line) == record
     db.close()

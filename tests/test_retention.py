@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -81,3 +82,34 @@ def test_storage_stays_bounded_under_a_steady_load(tmp_path: Path) -> None:
     # After the first retention period the file stops growing: freed pages are reused.
     assert sizes[3] <= sizes[1] * 1.1, sizes
     assert sizes[1] > 0
+
+
+def test_a_file_with_the_retired_log_index_loses_it_and_retention_reaches_every_split(
+    tmp_path: Path,
+) -> None:
+    path = str(tmp_path / "old.db")
+    clock = FixedClock("2024-01-01T00:00:00Z")
+    with changestream.open(path, clock=clock) as db:
+        db.set_split_policy(enabled=False)
+        db.execute_ddl(
+            [ITEMS, "CREATE CHANGE STREAM S FOR Items OPTIONS (retention_period = '1h')"]
+        )
+        db.split_at("Items", (50,))
+        clock.set("2024-01-01T00:10:00Z")
+        with db.transaction() as tx:
+            tx.insert("Items", ["Id"], [[1], [100]])
+    # Versions before this one kept an index on (stream, commit time) for retention.
+    raw = sqlite3.connect(path)
+    raw.execute("CREATE INDEX _cs_log_age ON _cs_log (stream_id, commit_ts)")
+    raw.commit()
+    raw.close()
+    clock.set("2024-01-01T02:00:00Z")
+    with changestream.open(path, clock=clock) as db:
+        conn = store_of(db).connection()
+        indexes = conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'").fetchall()
+        assert ("_cs_log_age",) not in indexes and ("_cs_splits_live",) in indexes
+        with db.transaction() as tx:
+            tx.insert("Items", ["Id"], [[2], [200]])
+        splits = conn.execute("SELECT split_id, commit_ts FROM _cs_log").fetchall()
+        assert len({split for split, _ in splits}) == 2
+        assert all(commit_ts >= parse_ts("2024-01-01T02:00:00Z") for _, commit_ts in splits)

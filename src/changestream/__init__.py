@@ -34,6 +34,7 @@ from changestream.streams.lineage import (
     walk_partitions,
 )
 from changestream.streams.models import Partition, ResultSet
+from changestream.streams.mods import Mod
 from changestream.streams.opening import register_opener
 from changestream.streams.records import (
     ChangeRecord,
@@ -42,7 +43,6 @@ from changestream.streams.records import (
     ColumnTypeInfo,
     DataChangeRecord,
     HeartbeatRecord,
-    Mod,
     RecordActions,
     data_changes,
 )

@@ -39,7 +39,7 @@ from changestream.store.rebalancer import Rebalancer
 from changestream.store.rows import check_columns, key_condition, restore_nans, storage_key
 from changestream.store.schema_changes import schema_change
 from changestream.store.splits import Split, SplitMap
-from changestream.store.sqlite_layout import SYSTEM_TABLE_NAMES, SYSTEM_TABLES
+from changestream.store.sqlite_layout import RETIRED_INDEXES, SYSTEM_TABLE_NAMES, SYSTEM_TABLES
 from changestream.store.written_rows import RowCodec
 from changestream.types import ColumnType
 from changestream.values import shown
@@ -167,8 +167,9 @@ class Store:
         so a database can be opened while another process is writing."""
         conn = self.connection()
         existing = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
-        # A file made before a system table was added gets it here, once, under the lock.
-        complete = existing.issuperset(SYSTEM_TABLE_NAMES)
+        # A file made by an older version gets its missing system tables here, and loses its
+        # retired indexes, once, under the lock.
+        complete = existing.issuperset(SYSTEM_TABLE_NAMES) and not existing & RETIRED_INDEXES
         if complete and conn.execute("SELECT 1 FROM _cs_meta").fetchone():
             return
         with self._begin() as conn:
@@ -373,8 +374,10 @@ class Store:
         for entry in ctx.catalog.streams.values():
             horizon = now - entry.definition.retention_seconds * 1_000_000
             horizons.append(horizon)
+            # A range of the primary key per split: no index on the commit time alone.
             ctx.conn.execute(
-                "DELETE FROM _cs_log WHERE stream_id = ? AND commit_ts < ?",
+                "DELETE FROM _cs_log WHERE stream_id = ?"
+                " AND split_id IN (SELECT split_id FROM _cs_splits) AND commit_ts < ?",
                 (entry.stream_id, horizon),
             )
         if horizons:

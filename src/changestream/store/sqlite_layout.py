@@ -50,7 +50,7 @@ CREATE TABLE IF NOT EXISTS _cs_log (
     payload BLOB NOT NULL,
     PRIMARY KEY (stream_id, split_id, commit_ts, record_sequence)
 ) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS _cs_log_age ON _cs_log (stream_id, commit_ts);
+DROP INDEX IF EXISTS _cs_log_age;
 CREATE TABLE IF NOT EXISTS _cs_split_load (
     split_id INTEGER NOT NULL,
     bucket INTEGER NOT NULL,
@@ -102,6 +102,9 @@ CREATE TABLE IF NOT EXISTS _cs_document_log (
 
 #: Every system table, so opening a file made by an older version can add the missing ones.
 SYSTEM_TABLE_NAMES = tuple(re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)", SYSTEM_TABLES))
+#: Indexes older versions made and this one drops: ``_cs_log_age`` cost every commit a page
+#: of the write-ahead log; retention deletes through the log's primary key instead.
+RETIRED_INDEXES = frozenset(re.findall(r"DROP INDEX IF EXISTS (\w+)", SYSTEM_TABLES))
 
 # SQLite picks a column's affinity from substrings of its declared type, and Python's sqlite3
 # picks a converter from the declared type's first word; these names get both right.

@@ -33,6 +33,7 @@ from changestream.store.changes import (
     RowChange,
     SchemaChange,
 )
+from changestream.streams.mods import COLUMNS_FIELD, VALUES_FIELD, compact_columns
 from changestream.streams.records import sequence_text
 
 _OLD_FOR_UPDATE = {"OLD_AND_NEW_VALUES", "NEW_ROW_AND_OLD_VALUES"}
@@ -40,7 +41,12 @@ _FULL_NEW_ROW = {"NEW_ROW", "NEW_ROW_AND_OLD_VALUES", SYSTEM_VALUE_CAPTURE_TYPE}
 _OLD_FOR_DELETE = {"OLD_AND_NEW_VALUES", "NEW_ROW_AND_OLD_VALUES", SYSTEM_VALUE_CAPTURE_TYPE}
 
 
-BatchBuilder = Callable[[list[tuple[Any, ...]]], list[dict[str, Any]]]
+#: Turns rows as an insert wrote them into compact mods (see :mod:`changestream.streams.mods`).
+RowBuilder = Callable[[list[tuple[Any, ...]]], list[tuple[Any, ...]]]
+#: A mod as capture collects it: the seed's dict, or a compact row of the plan's layout.
+CollectedMod = dict[str, Any] | tuple[Any, ...]
+#: (stream, table, mod_type, split): the mods of one record.
+GroupKey = tuple[int, str, str, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,13 +64,16 @@ class _Plan:
     tracked_plain: bool
     column_types: dict[str, dict[str, Any]]
     ordinals: dict[str, int]
+    #: An INSERT record's ``column_types`` and compact ``mod_columns``: keys, tracked columns.
+    insert_column_types: list[dict[str, Any]]
+    compact_columns: list[list[str]]
     #: What a new row holds in each tracked column a write leaves out (its DEFAULT or NULL).
     defaults: dict[str, Any]
     #: The mod types the stream leaves out (``exclude_insert`` and the like).
     excluded: frozenset[str]
     allow_txn_exclusion: bool
     exclude_ttl_deletes: bool
-    batch_builders: dict[tuple[str, ...], BatchBuilder] = field(default_factory=dict)
+    row_builders: dict[tuple[str, ...], RowBuilder] = field(default_factory=dict)
 
 
 def _plan(entry: StreamEntry, table: Table) -> _Plan | None:
@@ -76,6 +85,10 @@ def _plan(entry: StreamEntry, table: Table) -> _Plan | None:
     tracked = tuple(
         non_key if target.columns is None else [c for c in non_key if c in target.columns]
     )
+    column_types = _column_types(table)
+    inserted = sorted(
+        [*table.primary_key, *tracked], key=lambda name: column_types[name]["ordinal_position"]
+    )
     return _Plan(
         stream_id=entry.stream_id,
         capture_type=stream.value_capture_type,
@@ -86,8 +99,10 @@ def _plan(entry: StreamEntry, table: Table) -> _Plan | None:
         plain=frozenset(c.name for c in table.columns if record_encoder(c.type) is identity),
         plain_keys=all(record_encoder(c.type) is identity for c in table.key_columns),
         tracked_plain=all(record_encoder(table.column(n).type) is identity for n in tracked),  # type: ignore[union-attr]
-        column_types=_column_types(table),
+        column_types=column_types,
         ordinals={c.name: c.ordinal for c in table.columns},
+        insert_column_types=[column_types[name] for name in inserted],
+        compact_columns=compact_columns(table.primary_key, tracked, ()),
         defaults={c.name: c.default for c in table.columns if c.name in tracked},
         excluded=stream.excluded_mod_types,
         allow_txn_exclusion=stream.allow_txn_exclusion,
@@ -146,7 +161,9 @@ class ChangeCapture:
 
     def __call__(self, context: CommitContext) -> list[LogRow]:
         # (stream, table, mod_type, split) → mods, in first-seen order: one record each.
-        groups: dict[tuple[int, str, str, int], list[dict[str, Any]]] = {}
+        groups: dict[GroupKey, list[CollectedMod]] = {}
+        # The groups whose mods are all compact rows (they came from insert batches only).
+        compact: set[GroupKey] = set()
         plans_by_table: dict[str, list[_Plan]] = {}
         plan_of: dict[tuple[int, str], _Plan] = {}
         for change in context.changes:
@@ -165,7 +182,7 @@ class ChangeCapture:
             if isinstance(change, InsertBatch):
                 for plan in plans:
                     if "INSERT" not in plan.excluded:
-                        _capture_batch(plan, change, groups)
+                        _capture_batch(plan, change, groups, compact)
                 continue
             before, after = change.before, change.after
             keys: dict[str, Any] | None = None
@@ -186,10 +203,15 @@ class ChangeCapture:
                 group = groups.get(group_key)
                 if group is None:
                     group = groups[group_key] = []
+                else:
+                    compact.discard(group_key)
                 group.append({"keys": keys, "new_values": mod[1], "old_values": mod[2]})
-        by_stream: dict[int, list[tuple[str, str, int, list[dict[str, Any]]]]] = {}
-        for (stream_id, name, mod_type, split_id), mods in groups.items():
-            by_stream.setdefault(stream_id, []).append((name, mod_type, split_id, mods))
+        by_stream: dict[int, list[tuple[str, str, int, list[CollectedMod], bool]]] = {}
+        for group_key, mods in groups.items():
+            stream_id, name, mod_type, split_id = group_key
+            by_stream.setdefault(stream_id, []).append(
+                (name, mod_type, split_id, mods, group_key in compact)
+            )
         rows: list[LogRow] = []
         for stream_id, records in by_stream.items():
             rows.extend(_records(context, stream_id, records, plan_of))
@@ -268,14 +290,21 @@ def _column_types(table: Table) -> dict[str, dict[str, Any]]:
     }
 
 
-def _batch_builder(plan: _Plan, columns: tuple[str, ...]) -> BatchBuilder:
-    """A function turning rows written to ``columns`` into INSERT mods for ``plan``.
+def _as_written(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    return rows
 
-    Each mod is a dict display compiled for this exact column list, with each value's record
-    encoder called in place where it has one: several times faster than building each dict
-    with zip, and this is the write path's hottest loop. The generated source only holds
-    ``repr``s of column names and integers, and generated names for encoders and defaults.
+
+def _row_builder(plan: _Plan, columns: tuple[str, ...]) -> RowBuilder:
+    """A function turning rows written to ``columns`` into compact INSERT mods for ``plan``:
+    its keys then its tracked columns, each through its record encoder.
+
+    Rows written in exactly that layout, with no value to encode, are stored as they are;
+    otherwise a tuple display is compiled for this exact column list, with each encoder
+    called in place: this is the write path's hottest loop. The generated source only holds
+    integers and generated names for encoders and defaults.
     """
+    if columns == plan.key_names + plan.tracked and plan.plain_keys and plan.tracked_plain:
+        return _as_written
     position = {name: index for index, name in enumerate(columns)}
     namespace: dict[str, Any] = {}
 
@@ -284,46 +313,69 @@ def _batch_builder(plan: _Plan, columns: tuple[str, ...]) -> BatchBuilder:
             # A column the write leaves out holds its DEFAULT (or NULL), encoded once here.
             default = f"d{len(namespace)}"
             namespace[default] = encode(plan.defaults.get(name))
-            return f"{name!r}: {default}"
+            return default
         if encode is identity:
-            return f"{name!r}: r[{position[name]}]"
+            return f"r[{position[name]}]"
         encoder = f"e{len(namespace)}"
         namespace[encoder] = encode
-        return f"{name!r}: {encoder}(r[{position[name]}])"
+        return f"{encoder}(r[{position[name]}])"
 
-    keys = ", ".join(
-        item(name, encode) for name, encode in zip(plan.key_names, plan.key_encoders, strict=True)
-    )
-    values = ", ".join(item(name, plan.encoders[name]) for name in plan.tracked)
+    items = [
+        *(
+            item(name, encode)
+            for name, encode in zip(plan.key_names, plan.key_encoders, strict=True)
+        ),
+        *(item(name, plan.encoders[name]) for name in plan.tracked),
+    ]
     source = (
-        "def build(rows):\n"
-        f"    return [{{'keys': {{{keys}}}, 'new_values': {{{values}}}, 'old_values': {{}}}}"
-        " for r in rows]\n"
+        "def build(rows):\n    return [(" + "".join(f"{i}, " for i in items) + ") for r in rows]\n"
     )
     exec(compile(source, f"<changestream insert mods for {plan.stream_id}>", "exec"), namespace)
-    built: BatchBuilder = namespace["build"]
+    built: RowBuilder = namespace["build"]
     return built
+
+
+def _batch_group(
+    groups: dict[GroupKey, list[CollectedMod]], compact: set[GroupKey], key: GroupKey
+) -> list[CollectedMod]:
+    group = groups.get(key)
+    if group is None:
+        group = groups[key] = []
+        compact.add(key)
+    return group
 
 
 def _capture_batch(
     plan: _Plan,
     batch: InsertBatch,
-    groups: dict[tuple[int, str, str, int], list[dict[str, Any]]],
+    groups: dict[GroupKey, list[CollectedMod]],
+    compact: set[GroupKey],
 ) -> None:
     """INSERT mods for a batch of new rows, built straight from the rows as written."""
-    builder = plan.batch_builders.get(batch.codec.columns)
+    builder = plan.row_builders.get(batch.codec.columns)
     if builder is None:
-        builder = plan.batch_builders[batch.codec.columns] = _batch_builder(
-            plan, batch.codec.columns
-        )
+        builder = plan.row_builders[batch.codec.columns] = _row_builder(plan, batch.codec.columns)
     mods = builder(batch.rows)
     table_name = batch.codec.table.name
     if batch.split_ids is None:
         assert batch.split_id is not None
-        groups.setdefault((plan.stream_id, table_name, "INSERT", batch.split_id), []).extend(mods)
+        key = (plan.stream_id, table_name, "INSERT", batch.split_id)
+        _batch_group(groups, compact, key).extend(mods)
         return
     for mod, split_id in zip(mods, batch.split_ids, strict=True):
-        groups.setdefault((plan.stream_id, table_name, "INSERT", split_id), []).append(mod)
+        _batch_group(groups, compact, (plan.stream_id, table_name, "INSERT", split_id)).append(mod)
+
+
+def _seed_mod(plan: _Plan, mod: CollectedMod) -> dict[str, Any]:
+    """A collected mod in the seed's form (compact rows expanded)."""
+    if isinstance(mod, dict):
+        return mod
+    keys = len(plan.key_names)
+    return {
+        "keys": dict(zip(plan.key_names, mod[:keys], strict=True)),
+        "new_values": dict(zip(plan.tracked, mod[keys:], strict=True)),
+        "old_values": {},
+    }
 
 
 def _keys(plan: _Plan, key: tuple[Any, ...]) -> dict[str, Any]:
@@ -347,25 +399,31 @@ def _columns_of(plan: _Plan, mod_type: str, mods: list[dict[str, Any]]) -> list[
 def _records(
     context: CommitContext,
     stream_id: int,
-    records: list[tuple[str, str, int, list[dict[str, Any]]]],
+    records: list[tuple[str, str, int, list[CollectedMod], bool]],
     plan_of: dict[tuple[int, str], _Plan],
 ) -> list[LogRow]:
-    last_in_split = {split_id: sequence for sequence, (_, _, split_id, _) in enumerate(records)}
+    last_in_split = {split_id: sequence for sequence, (_, _, split_id, *_) in enumerate(records)}
     partitions = len(last_in_split)
     count = len(records)
     rows: list[LogRow] = []
-    for sequence, (table_name, mod_type, split_id, mods) in enumerate(records):
+    for sequence, (table_name, mod_type, split_id, collected, is_compact) in enumerate(records):
         plan = plan_of[(stream_id, table_name)]
+        mods: dict[str, Any]
+        if is_compact:
+            column_types = plan.insert_column_types
+            mods = {COLUMNS_FIELD: plan.compact_columns, VALUES_FIELD: collected}
+        else:
+            seed = [_seed_mod(plan, mod) for mod in collected]
+            column_types = [plan.column_types[n] for n in _columns_of(plan, mod_type, seed)]
+            mods = {"mods": seed}
         payload = orjson.dumps(
             {
                 "record_sequence": sequence_text(sequence),
                 "server_transaction_id": context.server_transaction_id,
                 "is_last_record_in_transaction_in_partition": last_in_split[split_id] == sequence,
                 "table_name": table_name,
-                "column_types": [
-                    plan.column_types[name] for name in _columns_of(plan, mod_type, mods)
-                ],
-                "mods": mods,
+                "column_types": column_types,
+                **mods,
                 "mod_type": mod_type,
                 "value_capture_type": plan.capture_type,
                 "number_of_records_in_transaction": count,

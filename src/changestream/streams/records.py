@@ -9,6 +9,7 @@ from typing import Any, ClassVar, Protocol, TypeVar
 import orjson
 
 from changestream.clock import format_ts
+from changestream.streams.mods import Mod, decode_mods
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,18 +28,6 @@ class ColumnTypeInfo:
             "is_primary_key": self.is_primary_key,
             "ordinal_position": self.ordinal_position,
         }
-
-
-@dataclass(frozen=True, slots=True)
-class Mod:
-    """One modified row: its keys and the new and old values of non-key columns."""
-
-    keys: dict[str, Any]
-    new_values: dict[str, Any]
-    old_values: dict[str, Any]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"keys": self.keys, "new_values": self.new_values, "old_values": self.old_values}
 
 
 #: Column types already decoded, by their JSON (bounded: cleared when full).
@@ -178,7 +167,7 @@ class DataChangeRecord(_JsonRecord):
             ],
             table_name=data["table_name"],
             column_types=_column_types(data["column_types"]),
-            mods=tuple([Mod(m["keys"], m["new_values"], m["old_values"]) for m in data["mods"]]),
+            mods=decode_mods(data),
             mod_type=data["mod_type"],
             value_capture_type=data["value_capture_type"],
             number_of_records_in_transaction=data["number_of_records_in_transaction"],

@@ -29,7 +29,8 @@ from typing import Any
 from changestream.clock import to_datetime
 from changestream.codecs import from_json_value, to_json_value
 from changestream.errors import InvalidArgument, NotFound
-from changestream.streams.records import DataChangeRecord, Mod
+from changestream.streams.mods import Mod
+from changestream.streams.records import DataChangeRecord
 from changestream.streams.roles import TableStore
 from changestream.types import ColumnType
 from changestream.watch._cluster_time import ClusterTime

@@ -16,6 +16,7 @@ from changestream import errors
 from changestream.clock import format_ts
 from changestream.store.models import Action, Lease, SplitPolicy
 from changestream.streams.models import Partition
+from changestream.streams.mods import seed_form
 from changestream.streams.records import (
     ChangeRecord,
     ChildPartition,
@@ -57,8 +58,9 @@ class StoredDataChange:
         return self.commit_timestamp
 
     def line(self) -> bytes:
-        """The :func:`record_line` of the decoded record, as NDJSON, without decoding it: the
-        payload holds every field of the seed's JSON but the commit timestamp, in order."""
+        """The :func:`record_line` of the decoded record, as NDJSON, without building the
+        record: the payload holds every field of the seed's JSON but the commit timestamp, in
+        order, once its mods are in the seed's form."""
         return b"".join(
             [
                 b'{"type":"data_change_record","partition_token":',
@@ -68,7 +70,7 @@ class StoredDataChange:
                 b',"record":{"commit_timestamp":"',
                 format_ts(self.commit_timestamp).encode(),
                 b'",',
-                bytes(self.payload)[1:],
+                seed_form(bytes(self.payload))[1:],
                 b"}\n",
             ]
         )
