@@ -8,7 +8,7 @@ from contextlib import contextmanager
 
 from changestream.errors import FailedPrecondition
 
-_CLIENT = frozenset({"httpx", "httpcore", "h11", "anyio", "sniffio", "msgspec"})
+_CLIENT = frozenset({"httpx", "httpcore", "h11", "anyio", "sniffio"})
 #: The top-level modules each extra brings (with the ones they pull in themselves).
 MODULES = {
     "client": _CLIENT,

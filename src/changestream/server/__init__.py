@@ -9,8 +9,8 @@ files are served), ``_statuses`` (errors to HTTP statuses), ``_streaming`` and `
 their bodies and the JSON encodings are :mod:`changestream.wire`'s, shared with the client
 (:mod:`changestream.remote`, also reachable here as before).
 
-The names below are imported when first used, so the client (the ``client`` extra: httpx and
-msgspec) and ``token create`` (no extra) work without the server's own dependencies.
+The names below are imported when first used, so the client (the ``client`` extra: httpx)
+and ``token create`` (no extra) work without the server's own dependencies.
 """
 
 from __future__ import annotations

@@ -16,18 +16,23 @@ JSON (:func:`seed_form`).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import orjson
 
 COLUMNS_FIELD = "mod_columns"
 VALUES_FIELD = "mod_values"
 
 
-@dataclass(frozen=True, slots=True)
-class Mod:
-    """One modified row: its keys and the new and old values of non-key columns."""
+class Mod(msgspec.Struct, frozen=True, gc=False):
+    """One modified row: its keys and the new and old values of non-key columns.
+
+    Immutable, compared field by field, picklable. The garbage collector does not track it
+    (its fields are plain dicts, which hold no reference back to it): readers keep batches of
+    records alive while a processor works, and each record then leaves the collector one
+    object fewer to walk. ``msgspec.structs.replace(mod, ...)`` copies one with changes.
+    """
 
     keys: dict[str, Any]
     new_values: dict[str, Any]
