@@ -16,6 +16,10 @@ the writer's own return (which made earlier figures negative and clamped to 0); 
 clamped, the smallest latency is reported. Also reported: the cursor's latency with the merge's
 idle-partition probe turned off, where only heartbeats (one a second) release the others.
 
+Where the throughput's time goes is reported per event, from the fastest run of each: the
+process's CPU, split between the cursor's thread and the partition readers, and the garbage
+collector's share.
+
 Every run checks which events arrived, not how many: exactly the keys written, each once. Goals
 (issue 21): p50 ≤ 5 ms, p99 ≤ 15 ms with one idle partition; throughput ≥ 0.7 of the raw read.
 """
@@ -23,6 +27,7 @@ Every run checks which events arrived, not how many: exactly the keys written, e
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -30,6 +35,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import changestream
 from changestream import DataChangeRecord
@@ -97,28 +103,62 @@ def throughput(path: str, transactions: int, repeats: int) -> dict[str, float]:
         written = sorted(load(db, transactions))
         end = store_of(db).last_commit_ts()
         expected = len(written)
-        raw_s, watch_s = [], []
+        raw_runs, watch_runs = [], []
         for _ in range(repeats):
-            raw_s.append(timed("raw read", lambda: read_raw(db, stream, start, end), written))
-            watch_s.append(timed("watch()", lambda: read_watch(db, start, expected), written))
+            raw_runs.append(timed("raw read", lambda: read_raw(db, stream, start, end), written))
+            watch_runs.append(timed("watch()", lambda: read_watch(db, start, expected), written))
     finally:
         db.close()
-    raw, watched = min(raw_s), min(watch_s)
+    raw = min(raw_runs, key=lambda r: r.seconds)
+    watched = min(watch_runs, key=lambda r: r.seconds)
+    us = 1e6 / expected
     return {
         "events": expected,
-        "watch_events_per_s": round(expected / watched),
-        "baseline_raw_read_events_per_s": round(expected / raw),
-        "watch_over_baseline": round(raw / watched, 3),
+        "watch_events_per_s": round(expected / watched.seconds),
+        "baseline_raw_read_events_per_s": round(expected / raw.seconds),
+        "watch_over_baseline": round(raw.seconds / watched.seconds, 3),
+        # Where the time goes, per event, in the fastest run of each (CPU: the GIL lets one
+        # thread run Python at a time, so the cursor's thread and the readers add up).
+        "watch_cpu_us_per_event": round(watched.cpu_s * us, 2),
+        "watch_cursor_thread_cpu_us_per_event": round(watched.thread_cpu_s * us, 2),
+        "watch_readers_cpu_us_per_event": round((watched.cpu_s - watched.thread_cpu_s) * us, 2),
+        "watch_gc_us_per_event": round(watched.gc_s * us, 2),
+        "baseline_cpu_us_per_event": round(raw.cpu_s * us, 2),
+        "baseline_gc_us_per_event": round(raw.gc_s * us, 2),
     }
 
 
-def timed(what: str, run: Callable[[], list[int]], written: list[int]) -> float:
-    """Seconds of ``run``, which must return exactly the keys ``written`` (sorted), each once."""
-    started = time.perf_counter()
-    got = run()
-    elapsed = time.perf_counter() - started
+@dataclass(frozen=True)
+class Run:
+    """One timed run: wall seconds, the process's CPU seconds, the calling thread's CPU
+    seconds, and the seconds the garbage collector took."""
+
+    seconds: float
+    cpu_s: float
+    thread_cpu_s: float
+    gc_s: float
+
+
+def timed(what: str, run: Callable[[], list[int]], written: list[int]) -> Run:
+    """Times ``run``, which must return exactly the keys ``written`` (sorted), each once."""
+    collecting = [0.0, 0.0]  # when the running collection started, total seconds
+
+    def on_gc(phase: str, _: dict[str, int]) -> None:
+        if phase == "start":
+            collecting[0] = time.perf_counter()
+        else:
+            collecting[1] += time.perf_counter() - collecting[0]
+
+    gc.callbacks.append(on_gc)
+    try:
+        cpu, thread_cpu, started = time.process_time(), time.thread_time(), time.perf_counter()
+        got = run()
+        elapsed = time.perf_counter() - started
+        cpu, thread_cpu = time.process_time() - cpu, time.thread_time() - thread_cpu
+    finally:
+        gc.callbacks.remove(on_gc)
     expect(f"keys {what} returned", sorted(got), written)
-    return elapsed
+    return Run(elapsed, cpu, thread_cpu, collecting[1])
 
 
 def writes(
