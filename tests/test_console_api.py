@@ -122,6 +122,9 @@ def test_a_lineage_window_holds_the_partitions_live_in_it_with_counts_and_ranks(
     [
         ({"limit": "0"}, "limit must be a positive integer"),
         ({"limit": "many"}, "limit must be a positive integer"),
+        # Digits to str.isdigit() that int() refuses (the server fuzzer found these).
+        ({"limit": "\u00b9"}, "limit must be a positive integer"),
+        ({"start": "\u00b9"}, "start"),
         ({"start": "yesterday"}, "start"),
         ({"start": "2030-01-01T00:00:00Z", "end": "2029-01-01T00:00:00Z"}, "before it starts"),
     ],

@@ -101,6 +101,7 @@ def test_batch_read_equals_the_read_function_across_the_lineage(spark: Any, tmp_
         ({"database": "/no/such.db", "stream": "ItemStream"}, "no database file"),
         ({"database": "DB", "stream": "ItemStream", "rowPerMod": "yes"}, "true or false"),
         ({"database": "DB", "stream": "ItemStream", "maxRecordsPerTrigger": "0"}, "positive"),
+        ({"database": "DB", "stream": "ItemStream", "maxRecordsPerTrigger": "\u00b9"}, "positive"),
     ],
 )
 def test_bad_options_fail_at_load_naming_the_option(

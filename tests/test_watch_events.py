@@ -13,7 +13,12 @@ import pytest
 import changestream
 from changestream import DataChangeRecord, InvalidArgument, InvalidToken
 from changestream.clock import parse_ts
+from changestream.embedded.database import store_of
+from changestream.streams.stored_changes import StoredInserts
 from changestream.watch import ClusterTime
+from changestream.watch._events import EventBuilder
+from changestream.watch.merge import record_key
+from changestream.watch.options import watch_options
 from tests.watch_support import COLUMNS, items_database, key, nothing_more, take
 
 pytestmark = pytest.mark.timeout(120)
@@ -334,3 +339,48 @@ def test_watch_stream_system_records(db: changestream.EmbeddedDatabase) -> None:
         )
     ]
     assert {r.commit_timestamp for r in records} == {dropped}
+
+
+def test_inserts_stored_compact_become_the_events_of_their_records(tmp_path: Path) -> None:
+    """watch() reads a batch of inserts stored compact without building its record: the events
+    are those the record gives, field for field, whatever the options and values."""
+    with changestream.open(str(tmp_path / "compact.db")) as db:
+        db.execute_ddl(
+            [
+                "CREATE TABLE Docs (Id INT64 NOT NULL, Name STRING(MAX), Body JSON, "
+                "Tags ARRAY<INT64>, Raw BYTES(MAX), Seen TIMESTAMP) PRIMARY KEY (Id, Name)",
+                "CREATE TABLE Notes (Id INT64 NOT NULL) PRIMARY KEY (Id)",
+            ]
+        )
+        source = db.ensure_watch_stream()
+        columns = ["Id", "Name", "Body", "Tags", "Raw", "Seen"]
+        when = dt.datetime(2024, 5, 1, 12, 30, tzinfo=dt.UTC)
+        rows = [
+            [1, "a", {"x": [1, 2], "y": None}, [3, None], b"\x00\xff", when],
+            [2, "b", None, None, None, None],
+        ]
+        with db.transaction() as tx:  # several rows: an event per row, in a transaction
+            tx.insert("Docs", columns, rows)
+        with db.transaction() as tx:  # one row, columns left out
+            tx.insert("Docs", ["Id", "Name"], [[3, "c"]])
+        with db.transaction() as tx:  # one row in each of two tables
+            tx.insert("Docs", ["Id", "Name"], [[4, "d"]])
+            tx.insert("Notes", ["Id"], [[9]])
+        end = store_of(db).last_commit_ts()
+        (partition,) = db.partitions(source.stream, at=source.now)
+        args = (source.stream, source.now, end, partition.token, 1000)
+        whole = [r for r in db.read_change_stream(*args) if isinstance(r, DataChangeRecord)]
+        stored = [r for r in db.read_stored_changes(*args) if r.is_data_change]
+        assert [type(r) for r in stored] == [StoredInserts] * 4
+        for arguments in ({}, {"null_as_missing": True}, {"full_document": "required"}):
+            builder = EventBuilder(db, source.database, watch_options(arguments))
+            for record, compact in zip(whole, stored, strict=True):
+                key = record_key(record)
+                assert record_key(compact) == key
+                assert builder.events(compact, key) == builder.events(record, key)
+        events = EventBuilder(db, source.database, watch_options({})).events(
+            stored[0], record_key(stored[0])
+        )
+        assert [e["fullDocument"]["Id"] for _, e in events] == [1, 2]
+        assert all(e["txnNumber"] == record_key(stored[0])[1] for _, e in events)
+        assert [len(builder.events(r, record_key(r))) for r in stored] == [2, 1, 1, 1]

@@ -85,6 +85,7 @@ def test_match_accepts(query: dict[str, Any]) -> None:
         {"$and": [{"operationType": "update"}, {"ns.coll": "Other"}]},
         {"$nor": [{"operationType": "update"}]},
         {"documentKey": {"Id": 7, "Extra": 1}},
+        {"fullDocument.Tags.\u00b9": "b"},  # a digit to str.isdigit(), not an index
     ],
 )
 def test_match_rejects(query: dict[str, Any]) -> None:

@@ -39,6 +39,7 @@ from changestream.streams.read import ChangeStreamReader, validate
 from changestream.streams.read_function_rows import read_function_rows
 from changestream.streams.records import ChangeRecord
 from changestream.streams.sandbox import SqlSandbox, run_select
+from changestream.streams.stored_changes import StoredRecord, stored_change
 from changestream.watch.watchable import WatchableDatabase
 
 #: The internal change stream watch() reads (see :meth:`EmbeddedDatabase.ensure_watch_stream`).
@@ -280,6 +281,29 @@ class EmbeddedDatabase(WatchableDatabase):
             read_options,
         )
         return reported_items(ChangeStreamReader(self._store, request), "reading a change stream")
+
+    def read_stored_changes(
+        self,
+        stream: str,
+        start_timestamp: Timestamp,
+        end_timestamp: Timestamp | None,
+        partition_token: str | None,
+        heartbeat_milliseconds: int,
+    ) -> Iterator[StoredRecord]:
+        """The read function, but a batch of inserts stored compact comes as
+        :class:`~changestream.streams.stored_changes.StoredInserts` (parsed, not built into
+        a record): for readers that need only its rows, such as watch()."""
+        request = validate(
+            self._store,
+            stream,
+            start_timestamp,
+            end_timestamp,
+            partition_token,
+            heartbeat_milliseconds,
+            None,
+        )
+        reader = ChangeStreamReader(self._store, request, stored_change)
+        return reported_items(reader, "reading a change stream")
 
     @reported
     def execute_sql(

@@ -56,6 +56,7 @@ from changestream.streams.records import (
     ChangeRecord,
 )
 from changestream.streams.roles import WatchSource
+from changestream.streams.stored_changes import StoredRecord
 from changestream.streams.watch_arguments import WatchCursor
 from changestream.watch.cluster import ClusterChangeStreamCursor
 from changestream.watch.cursor import ChangeStreamCursor
@@ -281,6 +282,19 @@ class RemoteDatabase(WatchableDatabase):
         )
         response = self._http.open_stream("read_change_stream", body, reconnect=False)
         return reported_items(self._records(body, response), "reading a remote change stream")
+
+    def read_stored_changes(
+        self,
+        stream: str,
+        start_timestamp: Timestamp,
+        end_timestamp: Timestamp | None,
+        partition_token: str | None,
+        heartbeat_milliseconds: int,
+    ) -> Iterator[StoredRecord]:
+        """The read function: the server sends every record whole."""
+        return self.read_change_stream(
+            stream, start_timestamp, end_timestamp, partition_token, heartbeat_milliseconds
+        )
 
     def _records(
         self, body: models.ReadChangeStreamRequest, response: httpx.Response

@@ -172,7 +172,7 @@ async def read_body(request: Request, limit: int) -> dict[str, Any]:
     nesting deeper than 1024; :func:`.values.decode` refuses values deeper than 64)."""
     declared = request.headers.get("content-length")
     too_large = RequestTooLarge(f"the request body is larger than {limit} bytes")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
+    if declared is not None and declared.isascii() and declared.isdigit() and int(declared) > limit:
         raise too_large
     chunks: list[bytes] = []
     size = 0

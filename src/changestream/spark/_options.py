@@ -136,7 +136,7 @@ def _positive(values: Mapping[str, str], name: str) -> int | None:
     if name not in values:
         return None
     text = values[name].strip()
-    if not text.isdigit() or int(text) <= 0:
+    if not (text.isascii() and text.isdigit()) or int(text) <= 0:
         raise InvalidArgument(f"option {name!r} must be a positive integer, got {values[name]!r}")
     return int(text)
 

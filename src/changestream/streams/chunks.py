@@ -4,14 +4,17 @@ it early."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TypeVar
 
-from changestream.streams.records import ChangeRecord, HeartbeatRecord
+from changestream.streams.records import HeartbeatRecord
+
+_R = TypeVar("_R")
 
 
-def next_chunk(records: Iterator[ChangeRecord], limit: int) -> list[ChangeRecord]:
+def next_chunk(records: Iterator[_R], limit: int) -> list[_R]:
     """Up to ``limit`` records, ending early after a heartbeat: a read only sends one when it
     has waited for commits, so the records up to it are all there is for now."""
-    chunk: list[ChangeRecord] = []
+    chunk: list[_R] = []
     for record in records:
         chunk.append(record)
         if len(chunk) >= limit or isinstance(record, HeartbeatRecord):

@@ -25,6 +25,7 @@ from changestream.store.keys import KeyRange
 from changestream.store.models import Action, Lease, SnapshotRead, SplitPolicy, SystemDocument
 from changestream.streams.models import Params, Partition, ResultSet, Timestamp, Value
 from changestream.streams.records import ChangeRecord
+from changestream.streams.stored_changes import StoredRecord
 
 #: Rows to write: one sequence of values per row, in the order of the columns given.
 Rows = Sequence[Sequence[Value]]
@@ -119,6 +120,14 @@ class ChangeStreamSource(Named, Protocol):
         heartbeat_milliseconds: int = 10_000,
         read_options: object = None,
     ) -> Iterator[ChangeRecord]: ...
+    def read_stored_changes(
+        self,
+        stream: str,
+        start_timestamp: Timestamp,
+        end_timestamp: Timestamp | None,
+        partition_token: str | None,
+        heartbeat_milliseconds: int,
+    ) -> Iterator[StoredRecord]: ...
     def partitions(self, stream: str, at: Timestamp | None = None) -> list[Partition]: ...
     def partition_history(self, stream: str) -> list[Partition]: ...
 

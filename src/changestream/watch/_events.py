@@ -32,6 +32,7 @@ from changestream.errors import InvalidArgument, NotFound
 from changestream.streams.mods import Mod
 from changestream.streams.records import DataChangeRecord
 from changestream.streams.roles import TableStore
+from changestream.streams.stored_changes import StoredInserts
 from changestream.types import ColumnType
 from changestream.watch._cluster_time import ClusterTime
 from changestream.watch.options import WatchOptions
@@ -106,20 +107,21 @@ class EventBuilder:
         self._expanded = options.show_expanded_events
         self._null_as_missing = options.null_as_missing
         self._dropped = _DroppedColumns()
-        self._times: tuple[int, ClusterTime | None, dt.datetime | None] = (-1, None, None)
+        self._times: tuple[int, ClusterTime, dt.datetime] | None = None
 
-    def events(self, record: DataChangeRecord, key: tuple[int, int, int]) -> list[Event]:
+    def events(
+        self, record: DataChangeRecord | StoredInserts, key: tuple[int, int, int]
+    ) -> list[Event]:
         """The record's events with their resume tokens, in order (``key``: its place in
         commit order, see :func:`changestream.watch.merge.record_key`)."""
+        if isinstance(record, StoredInserts):
+            return self._inserts(record, key)
         self._dropped.note(record)
         if record.mod_type in _EXPANDED and not self._expanded:
             return []
         commit_ts, transaction, sequence = key
         operation = _OPERATIONS[record.mod_type]
-        if commit_ts != self._times[0]:
-            # The records of a transaction come one after another and share these.
-            self._times = (commit_ts, ClusterTime.from_us(commit_ts), to_datetime(commit_ts))
-        _, cluster_time, wall_time = self._times
+        cluster_time, wall_time = self._moment(commit_ts)
         in_transaction = record.number_of_records_in_transaction > 1 or len(record.mods) > 1
         events: list[Event] = []
         for index, mod in enumerate(record.mods):
@@ -145,11 +147,43 @@ class EventBuilder:
             elif record.mod_type not in TABLE_EVENTS:
                 self._describe_row(record, mod, operation, event)
                 if in_transaction:
-                    event["txnNumber"] = transaction
-                    if record.session_id:
-                        event["lsid"] = {"id": record.session_id}
+                    _in_transaction(event, transaction, record.session_id)
             events.append((token, event))
         return events
+
+    def _inserts(self, record: StoredInserts, key: tuple[int, int, int]) -> list[Event]:
+        """The insert events of inserts stored compact: the events of the record they are
+        (see :meth:`_describe_row`), built straight from its rows."""
+        commit_ts, transaction, sequence = key
+        cluster_time, wall_time = self._moment(commit_ts)
+        key_names = record.key_names
+        names = key_names + record.new_names
+        in_transaction = record.number_of_records_in_transaction > 1 or len(record.rows) > 1
+        events: list[Event] = []
+        for index, row in enumerate(record.rows):
+            token = ResumeToken(commit_ts, transaction, sequence, index, 0, TokenKind.EVENT)
+            document = dict(zip(names, row, strict=True))
+            event: Document = {
+                "_id": token.document(),
+                "operationType": "insert",
+                "clusterTime": cluster_time,
+                "wallTime": wall_time,
+                "ns": {"db": self._database, "coll": record.table_name},
+                # A row starts with its keys: the pairs stop at the last key name.
+                "documentKey": dict(zip(key_names, row, strict=False)),
+                "fullDocument": self._document(document) if self._null_as_missing else document,
+            }
+            if in_transaction:
+                _in_transaction(event, transaction, record.session_id)
+            events.append((token, event))
+        return events
+
+    def _moment(self, commit_ts: int) -> tuple[ClusterTime, dt.datetime]:
+        """``clusterTime`` and ``wallTime`` of a commit (the records of a transaction come
+        one after another and share them)."""
+        if self._times is None or self._times[0] != commit_ts:
+            self._times = (commit_ts, ClusterTime.from_us(commit_ts), to_datetime(commit_ts))
+        return self._times[1], self._times[2]
 
     def invalidate(self, key: tuple[int, int, int]) -> Event:
         """The invalidate event that follows a drop or rename of the watched table."""
@@ -202,6 +236,13 @@ class EventBuilder:
             name: to_json_value(types[name], value)
             for name, value in zip(names, rows[0], strict=True)
         }
+
+
+def _in_transaction(event: Document, transaction: int, session_id: str) -> None:
+    """``txnNumber`` and ``lsid``: on the events of transactions that changed several rows."""
+    event["txnNumber"] = transaction
+    if session_id:
+        event["lsid"] = {"id": session_id}
 
 
 def _table_description(record: DataChangeRecord) -> Document:

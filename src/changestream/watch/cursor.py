@@ -10,11 +10,10 @@ from typing import TYPE_CHECKING, Any
 
 from changestream.clock import format_ts
 from changestream.errors import InvalidArgument, OutOfRange, reported
-from changestream.streams.records import DataChangeRecord
 from changestream.streams.roles import WatchedDatabase
 from changestream.watch._events import INVALIDATING, Document, Event, EventBuilder
 from changestream.watch._iteration import CursorIteration
-from changestream.watch.merge import PartitionMerge, SortKey
+from changestream.watch.merge import DataChange, PartitionMerge, SortKey
 from changestream.watch.options import watch_options
 from changestream.watch.pipeline import AggregationPipeline
 from changestream.watch.tokens import ResumeToken
@@ -71,6 +70,7 @@ class ChangeStreamCursor(CursorIteration):
                 start,
                 options.batch_size,
                 now=lambda: db.ensure_watch_stream().now,
+                stored=True,
             )
         except OutOfRange as exc:
             detail = (
@@ -83,7 +83,7 @@ class ChangeStreamCursor(CursorIteration):
                 f"longer kept ({detail}); watch again without a resume point"
             ) from exc
         self._finalizer = weakref.finalize(self, self._merge.close)
-        self._ready: deque[tuple[SortKey, DataChangeRecord]] = deque()
+        self._ready: deque[tuple[SortKey, DataChange]] = deque()
         self._pending: deque[Event] = deque()
         self._invalidated = False
         self._closed = False
@@ -125,19 +125,23 @@ class ChangeStreamCursor(CursorIteration):
 
     # -- records to events ------------------------------------------------------------------
 
-    def _take(self, timeout: float) -> list[tuple[SortKey, DataChangeRecord]]:
+    def _take(self, timeout: float) -> list[tuple[SortKey, DataChange]]:
         try:
             return self._merge.take(_TAKE, timeout)
         except BaseException:
             self.close()
             raise
 
-    def _consume(self, key: SortKey, record: DataChangeRecord) -> None:
+    def _consume(self, key: SortKey, record: DataChange) -> None:
         if self._table is not None and record.table_name != self._table:
             return
-        for token, event in self._builder.events(record, key):
-            if not self._skips(token):
-                self._emit(token, event)
+        events = self._builder.events(record, key)
+        if self._after is None and self._pipeline.empty:
+            self._pending.extend(events)  # nothing to leave out or change
+        else:
+            for token, event in events:
+                if not self._skips(token):
+                    self._emit(token, event)
         if self._table is not None and record.mod_type in INVALIDATING:
             token, event = self._builder.invalidate(key)
             if not self._skips(token):

@@ -47,7 +47,7 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextlib import suppress
 
 from changestream.clock import now_us
@@ -55,12 +55,12 @@ from changestream.errors import FailedPrecondition
 from changestream.streams.chunks import close_read, next_chunk
 from changestream.streams.lineage import parents_finished
 from changestream.streams.records import (
-    ChangeRecord,
     ChildPartitionsRecord,
     DataChangeRecord,
     HeartbeatRecord,
 )
 from changestream.streams.roles import ChangeStreamSource
+from changestream.streams.stored_changes import StoredInserts, StoredRecord
 from changestream.watch._readers import READERS
 
 #: The heartbeat interval readers ask for: the read function's minimum.
@@ -77,7 +77,11 @@ _TOP = 2**63
 SortKey = tuple[int, int, int]
 
 
-def record_key(record: DataChangeRecord) -> SortKey:
+#: A data change as the merge hands it out: a record, or inserts stored compact (``stored``).
+DataChange = DataChangeRecord | StoredInserts
+
+
+def record_key(record: DataChange) -> SortKey:
     """A record's place in commit order: (commit timestamp, transaction, record sequence)."""
     return (
         record.commit_timestamp,
@@ -118,7 +122,7 @@ class _Partition:
         #: Its parents: it is read once every one of them has ended.
         self.parents = parents
         #: (sort key, record, whether the reader counted it in ``sent``), in key order.
-        self.buffer: deque[tuple[SortKey, DataChangeRecord, bool]] = deque()
+        self.buffer: deque[tuple[SortKey, DataChange, bool]] = deque()
         self.floor = _above(start - 1)
         #: When the merge last got something from the reader (monotonic seconds).
         self.heard = 0.0
@@ -135,7 +139,7 @@ class _Partition:
 
 
 #: What a reader hands the merge: a record, a chunk of records, or the error that stopped it.
-Item = ChangeRecord | list[ChangeRecord] | BaseException | None
+Item = StoredRecord | list[StoredRecord] | BaseException | None
 
 
 class PartitionMerge:
@@ -144,7 +148,8 @@ class PartitionMerge:
     ``read_ahead`` bounds the records each reader may have handed over but the merge not yet
     handed out, so a slow consumer holds memory steady rather than the readers running away.
     ``now`` is the database's clock (microseconds): readers catch up to it before they follow
-    their partitions live.
+    their partitions live. With ``stored``, partitions are read with ``read_stored_changes``:
+    inserts stored compact come as :class:`StoredInserts`.
     """
 
     def __init__(
@@ -154,8 +159,10 @@ class PartitionMerge:
         start: int,
         read_ahead: int,
         now: Callable[[], int] = now_us,
+        stored: bool = False,
     ) -> None:
         self._db = db
+        self._stored = stored
         self._now = now
         self._stream = stream
         self._read_ahead = read_ahead
@@ -179,13 +186,13 @@ class PartitionMerge:
 
     # -- the merge ---------------------------------------------------------------------------
 
-    def take(self, limit: int, timeout: float) -> list[tuple[SortKey, DataChangeRecord]]:
+    def take(self, limit: int, timeout: float) -> list[tuple[SortKey, DataChange]]:
         """The next records in commit order with their sort keys: as many as can be handed out
         now, up to ``limit``, waiting up to ``timeout`` seconds for the first (else none)."""
         deadline = time.monotonic() + timeout
         while not self._stop.is_set():
             self._drain()
-            ready: list[tuple[SortKey, DataChangeRecord]] = []
+            ready: list[tuple[SortKey, DataChange]] = []
             while self._heads and len(ready) < limit:
                 head_key = self._heads[0][0]
                 if head_key > self._bound and head_key > self._recompute_bound():
@@ -249,7 +256,7 @@ class PartitionMerge:
         """The partitions that may still deliver something sorting below ``head_key``."""
         return [p for p in self._partitions.values() if not p.buffer and p.floor < head_key]
 
-    def _pop(self) -> tuple[SortKey, DataChangeRecord]:
+    def _pop(self) -> tuple[SortKey, DataChange]:
         _, _, part = self._heads[0]
         key, record, counted = part.buffer.popleft()
         if counted:
@@ -277,9 +284,7 @@ class PartitionMerge:
             start = ts + 1 if transaction == _TOP else ts
             if part.done or start > target:
                 continue
-            records = self._db.read_change_stream(
-                self._stream, start, target, part.token, HEARTBEAT_MS
-            )
+            records = self._query(start, target, part.token)
             complete = True
             try:
                 found = 0
@@ -295,6 +300,12 @@ class PartitionMerge:
                 part.floor = max(part.floor, _above(target))
 
     # -- partitions and their readers -------------------------------------------------------
+
+    def _query(self, start: int, end: int | None, token: str) -> Iterable[StoredRecord]:
+        """A read of one partition, bounded by ``end`` or live (None)."""
+        if self._stored:
+            return self._db.read_stored_changes(self._stream, start, end, token, HEARTBEAT_MS)
+        return self._db.read_change_stream(self._stream, start, end, token, HEARTBEAT_MS)
 
     def _add(self, token: str, start: int, parents: tuple[str, ...]) -> _Partition:
         part = _Partition(token, start, parents, next(self._numbers))
@@ -314,9 +325,7 @@ class PartitionMerge:
             if start is None:
                 return
             part.catching_up = False
-            records = self._db.read_change_stream(
-                self._stream, start, None, part.token, HEARTBEAT_MS
-            )
+            records = self._query(start, None, part.token)
             for record in records:
                 if record.is_data_change:
                     if not self._room(part):
@@ -349,9 +358,7 @@ class PartitionMerge:
         start = part.start
         while not part.done:
             end = max(self._now(), start)
-            records = self._db.read_change_stream(
-                self._stream, start, end, part.token, HEARTBEAT_MS
-            )
+            records = self._query(start, end, part.token)
             found = 0
             try:
                 iterator = iter(records)
@@ -411,8 +418,8 @@ class PartitionMerge:
         else:
             self._accept(part, item, counted=item.is_data_change)
 
-    def _accept(self, part: _Partition, record: ChangeRecord, counted: bool) -> None:
-        if isinstance(record, DataChangeRecord):
+    def _accept(self, part: _Partition, record: StoredRecord, counted: bool) -> None:
+        if isinstance(record, DataChangeRecord | StoredInserts):
             key = record_key(record)
             if part.done or key <= part.floor:
                 # Already buffered (a probe returned it first) or the partition has ended.

@@ -48,6 +48,11 @@ class AggregationPipeline:
             )
         self._stages = [_compile_stage(number, stage) for number, stage in enumerate(stages, 1)]
 
+    @property
+    def empty(self) -> bool:
+        """Whether it has no stage (every event passes unchanged)."""
+        return not self._stages
+
     def apply(self, event: Document) -> Document | None:
         """The event as the stages leave it, or None when a ``$match`` drops it."""
         current: Document | None = event
@@ -163,7 +168,7 @@ def _values_at(value: Any, parts: list[str]) -> list[Any]:
         return _values_at(value[head], rest) if head in value else []
     if isinstance(value, list):
         found: list[Any] = []
-        if head.isdigit() and int(head) < len(value):
+        if head.isascii() and head.isdigit() and int(head) < len(value):
             found.extend(_values_at(value[int(head)], rest))
         for item in value:
             if isinstance(item, Mapping):

@@ -57,7 +57,9 @@ def timestamp_query(text: str | None) -> Any:
     """A timestamp from a query string: integer microseconds or RFC 3339."""
     if text is None:
         return None
-    return int(text) if text.lstrip("-").isdigit() and len(text) < 20 else text
+    # isdigit() alone takes digits int() refuses, such as "¹".
+    digits = text.lstrip("-")
+    return int(text) if digits.isascii() and digits.isdigit() and len(text) < 20 else text
 
 
 def path_part(request: Request, name: str) -> str:

@@ -227,6 +227,7 @@ def _tail_lines(
             for _, record in merge.take(_TAIL_BATCH, _TAIL_POLL_S):
                 if end is not None and record.commit_timestamp > end:
                     return
+                assert isinstance(record, DataChangeRecord)  # the merge reads records whole
                 line = wanted.line(record)
                 if line is not None:
                     yield line
@@ -244,6 +245,6 @@ def _timestamp(text: str | None, name: str) -> int | None:
 def _count(text: str | None, name: str, default: int) -> int:
     if text is None:
         return default
-    if not text.isdigit() or int(text) < 1:
+    if not (text.isascii() and text.isdigit()) or int(text) < 1:
         raise InvalidArgument(f"{name} must be a positive integer, got {text!r}")
     return int(text)
