@@ -282,6 +282,7 @@ class EmbeddedDatabase(WatchableDatabase):
         )
         return reported_items(ChangeStreamReader(self._store, request), "reading a change stream")
 
+    @reported
     def read_stored_changes(
         self,
         stream: str,
@@ -293,16 +294,8 @@ class EmbeddedDatabase(WatchableDatabase):
         """The read function, but a batch of inserts stored compact comes as
         :class:`~changestream.streams.stored_changes.StoredInserts` (parsed, not built into
         a record): for readers that need only its rows, such as watch()."""
-        request = validate(
-            self._store,
-            stream,
-            start_timestamp,
-            end_timestamp,
-            partition_token,
-            heartbeat_milliseconds,
-            None,
-        )
-        reader = ChangeStreamReader(self._store, request, stored_change)
+        query = (stream, start_timestamp, end_timestamp, partition_token, heartbeat_milliseconds)
+        reader = ChangeStreamReader(self._store, validate(self._store, *query, None), stored_change)
         return reported_items(reader, "reading a change stream")
 
     @reported
