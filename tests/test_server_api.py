@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import itertools
 import math
 import shutil
 import subprocess
@@ -542,17 +543,24 @@ def test_answers_and_stream_lines_fit_the_declared_schemas(
         (None, start),
         *((p.token, p.start_timestamp) for p in embedded.partition_history("S")),
     ]
-    for token, begin in reads:
+    forms: dict[bool, set[str]] = {False: set(), True: set()}
+    for (token, begin), stored in itertools.product(reads, (False, True)):
         body = {"stream": "S", "start_timestamp": begin, "end_timestamp": end}
         response = httpx.post(
-            base + "/read_change_stream", json={**body, "partition_token": token}, headers=headers
+            base + "/read_change_stream",
+            json={**body, "partition_token": token, "stored_mods": stored},
+            headers=headers,
         )
         assert response.status_code == 200, response.text
         for line in response.content.splitlines():
             answer = orjson.loads(line)
             kinds.add(answer["type"])
             fits("POST", "/read_change_stream", answer)
+            if answer["type"] == "data_change_record":
+                forms[stored].add("mods" if "mods" in answer["record"] else "mod_values")
     assert {"data_change_record", "child_partitions_record", "end"} <= kinds
+    # The seed's form unless the client asks for the stored one (the insert is stored compact).
+    assert forms == {False: {"mods"}, True: {"mods", "mod_values"}}
     sql = httpx.post(base + "/sql", json={"sql": "SELECT * FROM V"}, headers=headers)
     for line in sql.content.splitlines():
         fits("POST", "/sql", orjson.loads(line))

@@ -57,10 +57,11 @@ class StoredDataChange:
         """The commit timestamp, as every record's ``timestamp`` is its moment."""
         return self.commit_timestamp
 
-    def line(self) -> bytes:
+    def line(self, seed_mods: bool = True) -> bytes:
         """The :func:`record_line` of the decoded record, as NDJSON, without building the
         record: the payload holds every field of the seed's JSON but the commit timestamp, in
-        order, once its mods are in the seed's form."""
+        order, once its mods are in the seed's form (else as stored: ``seed_mods=False``)."""
+        payload = bytes(self.payload)
         return b"".join(
             [
                 b'{"type":"data_change_record","partition_token":',
@@ -70,7 +71,7 @@ class StoredDataChange:
                 b',"record":{"commit_timestamp":"',
                 format_ts(self.commit_timestamp).encode(),
                 b'",',
-                seed_form(bytes(self.payload))[1:],
+                (seed_form(payload) if seed_mods else payload)[1:],
                 b"}\n",
             ]
         )

@@ -296,7 +296,7 @@ async def read_change_stream(
         entry.records[record.record_type] += 1
         entry.position = record.timestamp
         if isinstance(record, StoredDataChange):
-            return record.line()
+            return record.line(seed_mods=not body.stored_mods)
         return orjson.dumps(record_line(record)) + b"\n"
 
     return await stream_lines(request, state, principal, entry, open_items, render)

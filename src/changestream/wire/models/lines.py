@@ -25,8 +25,11 @@ class ModBody(Model):
     old_values: dict[str, Any]
 
 
-class DataChangeRecordBody(Model):
-    """The seed's data change record."""
+class DataChangeRecordBody(Model, kw_only=True):
+    """The seed's data change record. A read that asked for ``stored_mods`` may get a batch
+    of inserts as the change log stores it instead of ``mods``: ``mod_columns`` (the key, new
+    value and old value column names) and ``mod_values`` (per mod, those columns' values in
+    that order)."""
 
     commit_timestamp: str
     record_sequence: str
@@ -34,7 +37,9 @@ class DataChangeRecordBody(Model):
     is_last_record_in_transaction_in_partition: bool
     table_name: str
     column_types: list[ColumnTypeBody]
-    mods: list[ModBody]
+    mods: list[ModBody] = msgspec.field(default_factory=list)
+    mod_columns: list[list[str]] | None = None
+    mod_values: list[list[Any]] | None = None
     mod_type: str
     value_capture_type: str
     number_of_records_in_transaction: int

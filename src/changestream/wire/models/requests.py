@@ -113,6 +113,10 @@ class ReadChangeStreamRequest(Request):
     partition_token: Any = None
     heartbeat_milliseconds: Any = 10_000
     read_options: Any = None
+    #: True: a data change record may carry its mods as the change log stores a batch of
+    #: inserts (``mod_columns`` and ``mod_values``, see :mod:`changestream.streams.mods`)
+    #: instead of ``mods``, sent on without being decoded (the client decodes both forms).
+    stored_mods: bool = False
 
 
 class KeyRequest(Request):
