@@ -7,7 +7,7 @@ inserts: the common bulk case), capture stores the compact form instead, in the 
 - ``"mod_columns"``: ``[key names, new value names, old value names]``;
 - ``"mod_values"``: one array per mod, its keys, new values then old values in that order.
 
-It holds the same mods in about a third of the bytes, and costs capture no object per mod:
+It holds the same mods in less than half the bytes, and costs capture no object per mod:
 the change log is written in the committing transaction, so its size is the write path's.
 Readers get the seed's form back, as :class:`Mod` objects (:func:`decode_mods`) or as
 JSON (:func:`seed_form`).
