@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import random
 import threading
+import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +15,9 @@ import pytest
 import changestream
 from changestream.clock import parse_ts
 from changestream.embedded.database import store_of
-from changestream.watch.merge import record_key
+from changestream.streams.chunks import close_read
+from changestream.streams.stored_changes import StoredRecord
+from changestream.watch.merge import PartitionMerge, record_key
 from tests.lineage import read_lineage
 from tests.watch_support import COLUMNS, ITEMS, key, nothing_more, take
 
@@ -89,3 +93,78 @@ def test_live_merge_in_commit_order_over_many_partitions_one_idle(tmp_path: Path
             (k, i) for k, i in reference
         ]
         assert any(not read.records for read in reads), "some partitions stayed idle"
+
+
+class SlowLiveReads(PartitionMerge):
+    """A merge whose live readers take 3 ms per record, so that probes find records before
+    them; it counts the records probes found."""
+
+    probed = 0
+
+    def _query(self, start: int, end: int | None, token: str) -> Iterable[StoredRecord]:
+        records = super()._query(start, end, token)
+        return records if end is not None else self._slowly(records)
+
+    @staticmethod
+    def _slowly(records: Iterable[StoredRecord]) -> Iterator[StoredRecord]:
+        try:
+            for record in records:
+                time.sleep(0.003)
+                yield record
+        finally:
+            close_read(records)
+
+    def _probe(self, parts: list[Any]) -> None:
+        super()._probe(parts)
+        self.probed += sum(len(part.probed) for part in parts)
+
+
+def test_read_ahead_is_counted_once_per_record_through_probes_and_backlogs(
+    tmp_path: Path,
+) -> None:
+    """A small read-ahead over a backlog and then live writes with one idle partition and slow
+    live readers (so the merge probes, and live readers deliver again what probes found):
+    every record comes out
+    once in order, and once the readers are quiet each has as many records counted taken as it
+    sent (a record counted twice would let its reader run past the bound; one never counted
+    would stall it)."""
+    read_ahead = 4
+    with changestream.open(str(tmp_path / "ahead.db")) as db:
+        db.execute_ddl(ITEMS)
+        for boundary in (100, 200, 300, 400):  # [300, 400) is IDLE
+            db.split_at("Items", [boundary])
+        source = db.ensure_watch_stream()
+        start = source.now
+        rng = random.Random(3)
+        committed = [commit(db, rng, n) for n in range(40)]  # a backlog
+        merge = SlowLiveReads(
+            db,
+            source.stream,
+            start,
+            read_ahead,
+            now=lambda: db.ensure_watch_stream().now,
+            stored=True,
+        )
+        try:
+            keys: list[tuple[int, int, int]] = []
+            for n in range(40, 120):
+                committed.append(commit(db, rng, n))
+                keys.extend(key for key, _ in merge.take(3, 0.002))
+                for part in merge._partitions.values():
+                    assert part.sent - part.taken <= read_ahead, "a reader ran past its bound"
+            end = store_of(db).last_commit_ts()
+            reference = sorted(
+                record_key(record)
+                for read in read_lineage(db, source.stream, start, end)
+                for record in read.records
+            )
+            deadline = time.monotonic() + 60
+            while len(keys) < len(reference) and time.monotonic() < deadline:
+                keys.extend(key for key, _ in merge.take(50, 0.05))
+            assert keys == reference, "every record of every partition, in order, once each"
+            assert merge.probed > 0, "probes found records the live readers then sent again"
+            assert merge.take(1, 0.3) == []  # the readers are quiet: nothing more comes
+            for part in merge._partitions.values():
+                assert (part.sent, len(part.buffer), part.probed) == (part.taken, 0, set())
+        finally:
+            merge.close()

@@ -7,12 +7,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import changestream
 from changestream import InvalidArgument, OutOfRange
 from changestream.clock import parse_ts, to_datetime
 from changestream.watch import ClusterTime
-from changestream.watch.tokens import ResumeToken, TokenKind
+from changestream.watch.tokens import ResumeToken, TokenKind, event_token
 from tests.conftest import FixedClock
 from tests.watch_support import COLUMNS, ITEMS, items_database, key, nothing_more, take
 
@@ -136,3 +138,19 @@ def test_token_older_than_retention_is_refused(tmp_path: Path) -> None:
             db.watch(resume_after=event["_id"])
         with pytest.raises(OutOfRange, match="oldest readable timestamp is 2024-01-02T00:00:00"):
             db.watch(start_at_operation_time="2024-01-01T12:00:00Z")
+
+
+@given(
+    commit_ts=st.integers(0, 2**64 - 1),
+    transaction=st.integers(0, 2**64 - 1),
+    sequence=st.integers(0, 2**32 - 1),
+    mod=st.integers(0, 2**32 - 1),
+)
+def test_event_token_is_the_general_tokens_event(
+    commit_ts: int, transaction: int, sequence: int, mod: int
+) -> None:
+    token, document = event_token(commit_ts, transaction, sequence, mod)
+    expected = ResumeToken(commit_ts, transaction, sequence, mod, 0, TokenKind.EVENT)
+    assert (token, type(token), token.kind) == (expected, ResumeToken, TokenKind.EVENT)
+    assert document == expected.document()
+    assert ResumeToken.decode(document, "t") == expected

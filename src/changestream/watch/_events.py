@@ -36,7 +36,7 @@ from changestream.streams.stored_changes import StoredInserts
 from changestream.types import ColumnType
 from changestream.watch._cluster_time import ClusterTime
 from changestream.watch.options import WatchOptions
-from changestream.watch.tokens import ResumeToken, TokenKind
+from changestream.watch.tokens import ResumeToken, TokenKind, event_token
 
 Document = dict[str, Any]
 Event = tuple[ResumeToken, Document]
@@ -125,9 +125,9 @@ class EventBuilder:
         in_transaction = record.number_of_records_in_transaction > 1 or len(record.mods) > 1
         events: list[Event] = []
         for index, mod in enumerate(record.mods):
-            token = ResumeToken(commit_ts, transaction, sequence, index, 0, TokenKind.EVENT)
+            token, token_document = event_token(commit_ts, transaction, sequence, index)
             event: Document = {
-                "_id": token.document(),
+                "_id": token_document,
                 "operationType": operation,
                 "clusterTime": cluster_time,
                 "wallTime": wall_time,
@@ -161,10 +161,10 @@ class EventBuilder:
         in_transaction = record.number_of_records_in_transaction > 1 or len(record.rows) > 1
         events: list[Event] = []
         for index, row in enumerate(record.rows):
-            token = ResumeToken(commit_ts, transaction, sequence, index, 0, TokenKind.EVENT)
+            token, token_document = event_token(commit_ts, transaction, sequence, index)
             document = dict(zip(names, row, strict=True))
             event: Document = {
-                "_id": token.document(),
+                "_id": token_document,
                 "operationType": "insert",
                 "clusterTime": cluster_time,
                 "wallTime": wall_time,
