@@ -36,6 +36,7 @@ from changestream.errors import (
     NotFound,
 )
 from changestream.server import Databases, NoAuth, create_app, serve_in_thread
+from changestream.wire import api
 from changestream.wire.values import decode, encode
 from tests.conftest import ACCOUNT_BALANCE
 from tests.server_support import EXPECTED_SCOPES, response_validator, serving
@@ -543,13 +544,21 @@ def test_answers_and_stream_lines_fit_the_declared_schemas(
         (None, start),
         *((p.token, p.start_timestamp) for p in embedded.partition_history("S")),
     ]
-    forms: dict[bool, set[str]] = {False: set(), True: set()}
-    for (token, begin), stored in itertools.product(reads, (False, True)):
-        body = {"stream": "S", "start_timestamp": begin, "end_timestamp": end}
+    # Asked for the stored form with the header clients send, with the body field of the
+    # previous version's clients, or not at all.
+    asks: dict[str, tuple[dict[str, bool], dict[str, str]]] = {
+        "header": ({}, {api.MODS_HEADER: api.STORED_MODS}),
+        "field": ({"stored_mods": True}, {}),
+        "none": ({}, {}),
+    }
+    forms: dict[str, set[str]] = {ask: set() for ask in asks}
+    for (token, begin), ask in itertools.product(reads, asks):
+        field, header = asks[ask]
+        body = {"stream": "S", "start_timestamp": begin, "end_timestamp": end, **field}
         response = httpx.post(
             base + "/read_change_stream",
-            json={**body, "partition_token": token, "stored_mods": stored},
-            headers=headers,
+            json={**body, "partition_token": token},
+            headers={**headers, **header},
         )
         assert response.status_code == 200, response.text
         for line in response.content.splitlines():
@@ -557,11 +566,39 @@ def test_answers_and_stream_lines_fit_the_declared_schemas(
             kinds.add(answer["type"])
             fits("POST", "/read_change_stream", answer)
             if answer["type"] == "data_change_record":
-                forms[stored].add("mods" if "mods" in answer["record"] else "mod_values")
+                forms[ask].add("mods" if "mods" in answer["record"] else "mod_values")
     assert {"data_change_record", "child_partitions_record", "end"} <= kinds
     # The seed's form unless the client asks for the stored one (the insert is stored compact).
-    assert forms == {False: {"mods"}, True: {"mods", "mod_values"}}
+    stored = {"mods", "mod_values"}
+    assert forms == {"header": stored, "field": stored, "none": {"mods"}}
     sql = httpx.post(base + "/sql", json={"sql": "SELECT * FROM V"}, headers=headers)
     for line in sql.content.splitlines():
         fits("POST", "/sql", orjson.loads(line))
     assert checked > 10
+
+
+def test_the_client_asks_for_stored_mods_in_a_way_older_servers_ignore(
+    pair: tuple[changestream.EmbeddedDatabase, changestream.Database],
+) -> None:
+    """The remote read asks for inserts as stored with a header, not a body field: servers
+    that predate it refuse unknown body fields but ignore headers. Its body holds only the
+    fields every version knows, and the records it reads equal the embedded ones."""
+    embedded, remote = pair
+    with embedded.transaction() as tx:
+        tx.insert("V", ["K", "I"], [["x", 1], ["y", 2]])  # a batch: stored compact
+    sent: list[httpx.Request] = []
+    client = remote._http._client  # type: ignore[attr-defined]
+    client.event_hooks["request"].append(sent.append)
+    (partition,) = embedded.partitions("S")
+    begin, end = partition.start_timestamp, store_of(embedded).now()
+    read = list(remote.read_change_stream("S", begin, end, partition.token))
+    (request,) = [r for r in sent if r.url.path.endswith("/read_change_stream")]
+    every_version = {"stream", "start_timestamp", "end_timestamp", "partition_token"}
+    every_version |= {"heartbeat_milliseconds", "read_options"}
+    assert set(orjson.loads(request.content)) <= every_version
+    assert request.headers[api.MODS_HEADER] == api.STORED_MODS
+    expected = list(embedded.read_change_stream("S", begin, end, partition.token))
+    assert [r for r in read if isinstance(r, DataChangeRecord)] == [
+        r for r in expected if isinstance(r, DataChangeRecord)
+    ]
+    assert any(len(r.mods) == 2 for r in read if isinstance(r, DataChangeRecord))

@@ -279,7 +279,6 @@ class RemoteDatabase(WatchableDatabase):
             partition_token=encode(partition_token),
             heartbeat_milliseconds=encode(heartbeat_milliseconds),
             read_options=encode(read_options),
-            stored_mods=True,
         )
         response = self._http.open_stream("read_change_stream", body, reconnect=False)
         return reported_items(self._records(body, response), "reading a remote change stream")

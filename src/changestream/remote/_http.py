@@ -27,6 +27,8 @@ from changestream.wire.records import error_from_json
 #: Where a bearer token is read from when none is given.
 TOKEN_ENV = "CHANGESTREAM_TOKEN"
 _JSON = {"content-type": "application/json"}
+#: Change stream reads ask for inserts as stored (the records decode from both forms).
+_STREAM_HEADERS = {"read_change_stream": {**_JSON, api.MODS_HEADER: api.STORED_MODS}}
 
 
 class _Busy(Exception):
@@ -112,7 +114,9 @@ class Endpoints:
         content = dumps(body)
 
         def attempt() -> httpx.Response:
-            request = self._client.build_request("POST", path, content=content, headers=_JSON)
+            request = self._client.build_request(
+                "POST", path, content=content, headers=_STREAM_HEADERS.get(name, _JSON)
+            )
             response = self._send(request, stream=True, idempotent=True)
             if response.status_code < 400:
                 return response

@@ -67,6 +67,16 @@ def _operation(endpoint: api.Endpoint, schemas: dict[Any, Any]) -> dict[str, Any
         {"name": name, "in": "query", "required": False, "schema": {"type": "string"}}
         for name in endpoint.query
     ]
+    parameters += [
+        {
+            "name": name,
+            "in": "header",
+            "required": False,
+            "description": description,
+            "schema": {"type": "string"},
+        }
+        for name, description in endpoint.headers
+    ]
     if parameters:
         operation["parameters"] = parameters
     if endpoint.request is not None:

@@ -88,6 +88,17 @@ class Endpoint:
     stream: bool = False
     query: tuple[str, ...] = ()
     media_type: str = "application/json"
+    #: Optional request headers the endpoint reads: name -> what it does.
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+#: Sent with ``read_change_stream`` with the value ``stored``: data change records may carry
+#: their mods as the change log stores a batch of inserts (``mod_columns`` and
+#: ``mod_values``, see :mod:`changestream.streams.mods`), sent on without being decoded. A
+#: header rather than a body field, because servers that predate it ignore it (and send the
+#: seed's form, which clients read too) where they refuse a body field they do not know.
+MODS_HEADER = "changestream-mods"
+STORED_MODS = "stored"
 
 
 DB = "/v1/databases/{database}"
@@ -220,6 +231,13 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         ReadChangeStreamRequest,
         RecordStream,
         stream=True,
+        headers=(
+            (
+                MODS_HEADER,
+                f"`{STORED_MODS}`: a batch of inserts may come as stored, with `mod_columns` "
+                "and `mod_values` instead of `mods`",
+            ),
+        ),
     ),
     Endpoint("split", "POST", DB + "/split", "admin", "Split at a key", KeyRequest, Timestamp),
     Endpoint("merge", "POST", DB + "/merge", "admin", "Merge at a key", KeyRequest, Timestamp),

@@ -33,7 +33,7 @@ from changestream.server.routes.common import (
 from changestream.store.transaction import Transaction
 from changestream.streams.read import ChangeStreamReader, validate
 from changestream.streams.sandbox import SqlSandbox
-from changestream.wire import models
+from changestream.wire import api, models
 from changestream.wire.records import (
     StoredDataChange,
     record_line,
@@ -283,6 +283,7 @@ async def read_change_stream(
     )
     name = path_part(request, "database")
     entry = state.metrics.stream_opened(name, stream_name)
+    stored_mods = body.stored_mods or request.headers.get(api.MODS_HEADER) == api.STORED_MODS
 
     def open_items(stream: LineStream) -> Iterator[StreamItem]:
         # EmbeddedDatabase.read_change_stream, but with data records left as stored JSON:
@@ -296,7 +297,7 @@ async def read_change_stream(
         entry.records[record.record_type] += 1
         entry.position = record.timestamp
         if isinstance(record, StoredDataChange):
-            return record.line(seed_mods=not body.stored_mods)
+            return record.line(seed_mods=not stored_mods)
         return orjson.dumps(record_line(record)) + b"\n"
 
     return await stream_lines(request, state, principal, entry, open_items, render)

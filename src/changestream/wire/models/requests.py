@@ -113,9 +113,8 @@ class ReadChangeStreamRequest(Request):
     partition_token: Any = None
     heartbeat_milliseconds: Any = 10_000
     read_options: Any = None
-    #: True: a data change record may carry its mods as the change log stores a batch of
-    #: inserts (``mod_columns`` and ``mod_values``, see :mod:`changestream.streams.mods`)
-    #: instead of ``mods``, sent on without being decoded (the client decodes both forms).
+    #: True: as the ``changestream-mods: stored`` header (see ``wire.api.MODS_HEADER``), which
+    #: clients send instead: servers that predate both refuse this field but ignore the header.
     stored_mods: bool = False
 
 
