@@ -27,7 +27,7 @@ SMOKE = {
     "tail_latency": ["--seconds", "0.5"],
     "partition_scale": ["--transactions", "10", "--partitions", "1,10"],
     "watch": ["--transactions", "20", "--repeats", "1", "--commits", "20", "--pace-ms", "2"],
-    "stream_client": ["--transactions", "100", "--stall", "15"],
+    "stream_client": ["--transactions", "100", "--stall", "15", "--repeats", "2"],
     "server": ["--transactions", "10", "--small", "50", "--latency-commits", "10"],
     "spark_read": ["--mods", "2000", "--partitions", "2", "--repeats", "1", "--skip-streaming"],
     # spark_read's streaming part alone: a live query and a writer, checked key by key.
