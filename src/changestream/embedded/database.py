@@ -18,13 +18,6 @@ from changestream.errors import (
     reported_items,
 )
 from changestream.sql.limits import DEFAULT_LIMITS, SqlLimits
-from changestream.sql.result_types import with_float_nans
-from changestream.sql.statements import (
-    DmlStatement,
-    ReadFunctionCall,
-    SelectQuery,
-    parse_statement,
-)
 from changestream.store.database import SnapshotRead, Store
 from changestream.store.documents import SystemDocument
 from changestream.store.keys import KeyRange
@@ -308,6 +301,16 @@ class EmbeddedDatabase(WatchableDatabase):
         allowed functions and a budget (see :mod:`changestream.streams.sandbox`): pass one
         for SQL from callers you do not trust; the server always does. Without one, the
         database's ``SqlLimits`` bound the statement's parse and run time."""
+        # Imported here: SQL is parsed with sqlglot, which a database that only reads and
+        # writes rows never loads (see changestream.ddl.defaults).
+        from changestream.sql.result_types import with_float_nans
+        from changestream.sql.statements import (
+            DmlStatement,
+            ReadFunctionCall,
+            SelectQuery,
+            parse_statement,
+        )
+
         statement = parse_statement(
             sql, params, limits=self._store.sql_limits, column_types=self._store.column_type
         )

@@ -40,7 +40,6 @@ from changestream.remote import _http as http
 from changestream.remote._http import Endpoints
 from changestream.remote._leases import RemoteLeaseTable
 from changestream.remote._transaction import RemoteTransaction
-from changestream.sql.statements import ReadFunctionCall, parse_statement
 from changestream.store.keys import KeyRange
 from changestream.store.models import (
     Action,
@@ -246,6 +245,10 @@ class RemoteDatabase(WatchableDatabase):
     def execute_sql(self, sql: str, params: Params = None) -> ResultSet:
         """A SELECT, or a read function in either dialect (streamed, resuming like
         :meth:`read_change_stream`)."""
+        # Imported here: SQL is parsed with sqlglot, which a client that only reads and
+        # writes rows never loads (see changestream.ddl.defaults).
+        from changestream.sql.statements import ReadFunctionCall, parse_statement
+
         statement = parse_statement(sql, params)
         if isinstance(statement, ReadFunctionCall):
             return read_function_rows(self, statement)

@@ -22,7 +22,6 @@ from changestream.errors import (
     reported,
 )
 from changestream.sql.limits import SqlLimits
-from changestream.sql.statements import DmlStatement, parse_statement
 from changestream.store import documents
 from changestream.store.budget import StatementBudget
 from changestream.store.changes import CommitContext, InsertBatch, RowChange
@@ -38,6 +37,7 @@ from changestream.types import COMMIT_TIMESTAMP, normalize
 from changestream.values import shown
 
 if TYPE_CHECKING:
+    from changestream.sql.statements import DmlStatement
     from changestream.store.database import Store
 
 ChangeKey = tuple[str, tuple[Any, ...]]
@@ -531,6 +531,10 @@ class Transaction(MutationMethods):
         self, dml: str, params: Mapping[str, Any] | Sequence[Any] | None = None
     ) -> int:
         """Run an INSERT, UPDATE or DELETE statement now; returns the number of rows it changed."""
+        # Imported here: DML is parsed with sqlglot, which a database that only reads and
+        # writes rows never loads (see changestream.ddl.defaults).
+        from changestream.sql.statements import DmlStatement, parse_statement
+
         self._check_open()
         store = self._store
         statement = parse_statement(

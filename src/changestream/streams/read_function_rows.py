@@ -3,10 +3,14 @@ GoogleSQL's one ``ChangeRecord`` column, or PostgreSQL's one JSON column."""
 
 from __future__ import annotations
 
-from changestream.sql.statements import ReadFunctionCall
+from typing import TYPE_CHECKING
+
 from changestream.streams.models import ResultSet
 from changestream.streams.records import googlesql_row, postgresql_row
 from changestream.streams.roles import ChangeStreamSource
+
+if TYPE_CHECKING:
+    from changestream.sql.statements import ReadFunctionCall
 
 
 def read_function_rows(source: ChangeStreamSource, call: ReadFunctionCall) -> ResultSet:
