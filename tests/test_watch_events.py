@@ -14,12 +14,12 @@ import changestream
 from changestream import DataChangeRecord, InvalidArgument, InvalidToken
 from changestream.clock import parse_ts
 from changestream.embedded.database import store_of
-from changestream.streams.stored_changes import StoredInserts
+from changestream.streams.stored_changes import StoredInserts, stored_change
 from changestream.watch import ClusterTime
 from changestream.watch._events import EventBuilder
 from changestream.watch.merge import record_key
 from changestream.watch.options import watch_options
-from tests.watch_support import COLUMNS, items_database, key, nothing_more, take
+from tests.watch_support import COLUMNS, ITEMS, items_database, key, nothing_more, take
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -384,3 +384,36 @@ def test_inserts_stored_compact_become_the_events_of_their_records(tmp_path: Pat
         assert [e["fullDocument"]["Id"] for _, e in events] == [1, 2]
         assert all(e["txnNumber"] == record_key(stored[0])[1] for _, e in events)
         assert [len(builder.events(r, record_key(r))) for r in stored] == [2, 1, 1, 1]
+
+
+def test_every_other_record_is_read_stored_as_the_read_function_reads_it(
+    tmp_path: Path,
+) -> None:
+    """Updates, deletes, replaces, a batch mixing inserts and updates, and the table records
+    of the watch stream come from read_stored_changes as the records the read function gives;
+    a corrupt payload fails the same way through both."""
+    with changestream.open(str(tmp_path / "others.db")) as db:
+        db.execute_ddl(ITEMS)
+        source = db.ensure_watch_stream()
+        with db.transaction() as tx:
+            tx.insert("Items", COLUMNS, [[1, "a", 1]])
+        with db.transaction() as tx:
+            tx.update("Items", ["Id", "V"], [[1, "b"]])
+            tx.insert_or_update("Items", COLUMNS, [[1, "c", 2], [2, "d", 3]])
+        with db.transaction() as tx:
+            tx.replace("Items", COLUMNS, [[2, "e", 4]])
+            tx.delete("Items", [[1]])
+        db.execute_ddl("ALTER TABLE Items ADD COLUMN W INT64")
+        end = store_of(db).last_commit_ts()
+        (partition,) = db.partitions(source.stream, at=source.now)
+        args = (source.stream, source.now, end, partition.token, 1000)
+        whole = [r for r in db.read_change_stream(*args) if isinstance(r, DataChangeRecord)]
+        stored = [r for r in db.read_stored_changes(*args) if r.is_data_change]
+        assert {r.mod_type for r in whole} >= {"INSERT", "UPDATE", "DELETE", "ALTER_TABLE"}
+        others = [(s, w) for s, w in zip(stored, whole, strict=True) if w.mod_type != "INSERT"]
+        assert len(others) >= 4 and all(s == w for s, w in others)
+    for corrupt in (b"{not json", b'{"mod_type": "INSERT", "mod_values": 3}'):
+        with pytest.raises(Exception) as expected:
+            DataChangeRecord.from_payload(1, corrupt, "t")
+        with pytest.raises(type(expected.value)):
+            stored_change(1, corrupt, "t")

@@ -76,7 +76,7 @@ def stored_change(
     as the :class:`DataChangeRecord` it holds."""
     try:
         inserts = _decode_inserts(payload)
-    except msgspec.ValidationError:
+    except msgspec.MsgspecError:
         inserts = None  # not a record this shape holds: the record decoder says what it is
     if inserts is None or not inserts.rows or inserts.mod_type != "INSERT" or inserts.columns[2]:
         data = orjson.loads(payload)

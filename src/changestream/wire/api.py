@@ -88,7 +88,7 @@ class Endpoint:
     stream: bool = False
     query: tuple[str, ...] = ()
     media_type: str = "application/json"
-    #: Optional request headers the endpoint reads: name -> what it does.
+    #: Optional request headers the endpoint reads, as (name, what it does) pairs.
     headers: tuple[tuple[str, str], ...] = ()
 
 
