@@ -697,6 +697,11 @@ def test_leases_command_prints_the_table_once(
     write(db, [[1, 1]])
     with running(client(db, created, "w1", lambda: Recorder(log, "w1"))):
         wait_for("the mod", lambda: log.count() == 1)
+        # The processor checkpoints after it logs the mod.
+        leases = db.leases(STREAM, "default")
+        wait_for(
+            "its checkpoint", lambda: any(r.checkpoint.endswith(":0") for r in leases.list_leases())
+        )
         result = CliRunner().invoke(
             main, ["leases", str(tmp_path / "acc.db"), STREAM, "--once"], env={"COLUMNS": "250"}
         )
