@@ -436,11 +436,7 @@ class PartitionMerge:
 
     def _accept(self, part: _Partition, record: StoredRecord, counted: bool) -> None:
         if isinstance(record, _DATA_CHANGES):
-            key = (
-                record.commit_timestamp,
-                int(record.server_transaction_id),
-                int(record.record_sequence),
-            )
+            key = record_key(record)
             if part.done or key <= part.floor:
                 # Already buffered (a probe returned it first) or the partition has ended.
                 if counted:
@@ -450,7 +446,7 @@ class PartitionMerge:
             if not counted:
                 part.probed.add(key)
             last = record.is_last_record_in_transaction_in_partition
-            part.floor = (key[0], _TOP, _TOP) if last else key
+            part.floor = _above(key[0]) if last else key
         elif isinstance(record, HeartbeatRecord):
             if not part.done:
                 part.floor = max(part.floor, _above(record.timestamp))
