@@ -294,7 +294,8 @@ class RemoteDatabase(WatchableDatabase):
         partition_token: str | None,
         heartbeat_milliseconds: int,
     ) -> Iterator[StoredRecord]:
-        """The read function: the server sends every record whole."""
+        """The read function: every data change comes as a record (the client decodes what
+        the server sends, whatever its form)."""
         return self.read_change_stream(
             stream, start_timestamp, end_timestamp, partition_token, heartbeat_milliseconds
         )
