@@ -201,6 +201,74 @@ def test_available_now_honours_max_records_and_an_idle_stream_makes_no_batches(
     assert len(idle) == settled, "an idle stream must not make empty micro-batches"
 
 
+def test_ranges_planned_from_the_logged_offsets_are_the_ones_the_source_reads(
+    spark: Any, tmp_path: Path
+) -> None:
+    # The pipeline plans its tasks on the driver from the offsets Spark logged for a batch
+    # (changestream.spark.offset_log) instead of reading the rowPerRange rows: the two
+    # plans must be the same in every micro-batch, the first one included.
+    from changestream.spark._options import parse_options
+    from changestream.spark._source import ChangeStreamStreamReader
+    from changestream.spark.offset_log import batch_offsets
+
+    path = str(tmp_path / "items.db")
+    db = create_items_db(path)
+    write_items(db, seed=11, transactions=60)
+    db.close()
+    options = {
+        "database": path,
+        "stream": "ItemStream",
+        "startingTimestamp": "earliest",
+        "rowPerRange": "true",
+        "maxRecordsPerTrigger": "40",
+    }
+    checkpoint = tmp_path / "checkpoint"
+    planner = ChangeStreamStreamReader(parse_options(options))
+    read: list[set[tuple[str, int, int]]] = []
+    planned: list[set[tuple[str, int, int]]] = []
+
+    def compare(batch: Any, batch_id: int) -> None:
+        read.append({(r[0], r[1], r[2]) for r in batch.collect()})
+        groups = planner.partitions(*batch_offsets(checkpoint, batch_id, planner.initialOffset))
+        planned.append({(r.token, r.start, r.end) for g in groups for r in g.value})
+
+    query = (
+        spark.readStream.format("changestream")
+        .options(**options)
+        .load()
+        .writeStream.foreachBatch(compare)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        assert query.awaitTermination(120), "an availableNow query ends by itself"
+        assert query.exception() is None
+    finally:
+        planner.stop()
+    assert len(read) > 3
+    assert planned == read
+
+
+def test_an_offset_log_entry_that_is_missing_or_not_understood_fails_clearly(
+    tmp_path: Path,
+) -> None:
+    from changestream.errors import FailedPrecondition
+    from changestream.spark.offset_log import logged_offset
+
+    with pytest.raises(FailedPrecondition, match="logged no offsets for micro-batch 4"):
+        logged_offset(tmp_path, 4)
+    (tmp_path / "offsets").mkdir()
+    (tmp_path / "offsets" / "0").write_text('v2\n{}\n{"version": 2}')
+    with pytest.raises(FailedPrecondition, match="not a v1 offset log entry of one source"):
+        logged_offset(tmp_path, 0)
+    (tmp_path / "offsets" / "1").write_text("v1\n{}\n[1, 2]")
+    with pytest.raises(FailedPrecondition, match="not a changestream offset"):
+        logged_offset(tmp_path, 1)
+    (tmp_path / "offsets" / "2").write_text('v1\n{"batchWatermarkMs":0}\n{"version": 2}')
+    assert logged_offset(tmp_path, 2) == {"version": 2}
+
+
 def _wait_for(sink: Path, expected: list[Any], timeout: float) -> list[Any]:
     deadline = time.monotonic() + timeout
     got: list[Any] = []

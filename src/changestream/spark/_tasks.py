@@ -1,7 +1,8 @@
 """The pipeline's work inside Spark tasks: events are built, written and staged where the rows are.
 
-A micro-batch's partition ranges (the ``changestream`` source's ``rowPerRange`` rows) reach
-:class:`CdcTask` as Arrow batches (``mapInArrow``), and the task reads their changes itself;
+A micro-batch's partition ranges, planned on the driver by the ``changestream`` source (see
+:mod:`changestream.spark.offset_log`), reach :class:`CdcTask` pickled with it, one group per
+task, and the task reads their changes itself;
 backfill chunks reach :class:`BackfillTask` as key ranges. Each task builds the Datastream
 events of its rows, writes them to segments (see :mod:`changestream.datastream.segments`: a
 replayed batch rewrites the same ones), and stages, per object, the MERGE source of the Delta
@@ -183,15 +184,17 @@ def _events(
 
 @dataclass(frozen=True, slots=True)
 class CdcTask:
-    """``mapInArrow`` function of micro-batch ``batch_id``: the batch's partition ranges in
-    (the source's ``rowPerRange`` rows), summary rows out. Each task reads its ranges from
-    ``database`` itself, so the changes cross no process boundary on their way to events."""
+    """``mapInArrow`` function of micro-batch ``batch_id`` over ``spark.range(len(groups))``:
+    each id reads the partition ranges of that group from ``database`` and turns them into
+    events, so the changes cross no process boundary on their way to events; summary rows
+    out."""
 
     plan: TaskPlan
     batch_id: int
     database: str
     token: str | None
     change_stream: str
+    groups: tuple[tuple[ReadRange, ...], ...]
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         context = TaskContext.get()
@@ -199,17 +202,12 @@ class CdcTask:
         writer = self.plan.writer(CDC_LANE, self.batch_id, task)
         staging = _Staging(self.plan)
         db = open_database(self.database, self.token)
-        oldest: int | None = None
+        reads = [read for b in batches for i in b.column(0).to_pylist() for read in self.groups[i]]
         try:
-            for batch in batches:
-                tokens, starts, ends = (batch.column(i).to_pylist() for i in range(3))
-                if starts:
-                    oldest = min(starts) if oldest is None else min(oldest, *starts)
-                for token, start, end in zip(tokens, starts, ends, strict=True):
-                    read = ReadRange(token, start, end)
-                    for events in range_events(self.plan, db, self.change_stream, read):
-                        writer.write(events)
-                        staging.add(events)
+            for read in reads:
+                for events in range_events(self.plan, db, self.change_stream, read):
+                    writer.write(events)
+                    staging.add(events)
         except BaseException:
             writer.abort()
             raise
@@ -217,9 +215,9 @@ class CdcTask:
             db.close()
         rows = _segments(writer.close(), self.batch_id)
         rows += staging.write(f"cdc-{self.batch_id}", task)
-        if oldest is not None:
+        if reads:
             # Where the task's read ranges begin: no change it read is older.
-            rows.append((WINDOW, "*", "", 0, self.batch_id, oldest))
+            rows.append((WINDOW, "*", "", 0, self.batch_id, min(r.start for r in reads)))
         yield _summary(rows)
 
 

@@ -1,8 +1,9 @@
 """The Datastream-style pipeline: one Spark Structured Streaming job per stream.
 
-The job plans micro-batches with the ``changestream`` source (one row per partition range to
-read, ``rowPerRange``) from the position ``streams start`` fixed. The work happens in Spark
-tasks (see ``tasks``): each task reads its ranges' changes, turns them into events, writes them
+The job plans micro-batches with the ``changestream`` source from the position ``streams start``
+fixed; the driver plans each batch's partition ranges from the offsets Spark logged for it
+(see ``offset_log``). The work happens in Spark tasks (see ``tasks``): each task reads its
+ranges' changes, turns them into events, writes them
 to segments and stages the newest change per key for the Delta replica. The driver then, per
 micro-batch:
 
@@ -57,6 +58,7 @@ from changestream.errors import (
 )
 from changestream.retry import retrying
 from changestream.spark._backfill import DONE_PREFIX, PLAN, KeyCodec, chunks, plan_boundaries
+from changestream.spark._options import parse_options
 from changestream.spark._query_control import (
     Heartbeat,
     Watchdog,
@@ -75,6 +77,7 @@ from changestream.spark._run_status import PipelineFailed as PipelineFailed
 from changestream.spark._run_status import PipelineOptions as PipelineOptions
 from changestream.spark._run_status import PipelineStatus as PipelineStatus
 from changestream.spark._session import local_session
+from changestream.spark._source import ChangeStreamStreamReader
 from changestream.spark._tasks import (
     SUMMARY_DDL,
     SUMMARY_SCHEMA,
@@ -85,6 +88,7 @@ from changestream.spark._tasks import (
     TaskPlan,
     read_staged,
 )
+from changestream.spark.offset_log import batch_offsets
 from changestream.streams.opening import open_database
 from changestream.streams.origins import table_origins
 from changestream.streams.roles import PipelineDatabase
@@ -122,6 +126,7 @@ class SparkPipeline:
         self._stop_requested = threading.Event()
         self._runner: threading.Thread | None = None
         self._outcome: PipelineStatus | BaseException | None = None
+        self._planner: ChangeStreamStreamReader | None = None
 
     @property
     def checkpoint(self) -> Path:
@@ -248,6 +253,7 @@ class SparkPipeline:
                 status = self._monitor(spark, query, target)
             finally:
                 stop_between_batches(query)
+                self._stop_planner()
             # Close the files of every event landed so far (their rotation may not be due):
             # a stopped pipeline leaves nothing unpublished.
             self._guard(lambda: self._publish(spark, force=True))
@@ -293,22 +299,28 @@ class SparkPipeline:
         if self.catalog.get(self.name).state is StreamState.STARTING:
             self.catalog.transition(self.name, "started")
 
-    def _start_query(self, spark: SparkSession, start: int, available_now: bool) -> StreamingQuery:
-        reader = (
-            spark.readStream.format("changestream")
-            .option("database", self.database)
-            .option("stream", self.definition.change_stream)
-            .option("startingTimestamp", format_ts(start))
-            .option("rowPerRange", "true")
-        )
+    def _source_options(self, start: int) -> dict[str, str]:
+        """The ``changestream`` source's options of this pipeline's query."""
+        options = {
+            "database": self.database,
+            "stream": self.definition.change_stream,
+            "startingTimestamp": format_ts(start),
+            "rowPerRange": "true",
+        }
         if self.options.token:
-            reader = reader.option("token", self.options.token)
+            options["token"] = self.options.token
         if self.options.max_records_per_trigger:
-            reader = reader.option(
-                "maxRecordsPerTrigger", str(self.options.max_records_per_trigger)
-            )
+            options["maxRecordsPerTrigger"] = str(self.options.max_records_per_trigger)
         if self.options.max_bytes_per_trigger:
-            reader = reader.option("maxBytesPerTrigger", str(self.options.max_bytes_per_trigger))
+            options["maxBytesPerTrigger"] = str(self.options.max_bytes_per_trigger)
+        return options
+
+    def _start_query(self, spark: SparkSession, start: int, available_now: bool) -> StreamingQuery:
+        options = self._source_options(start)
+        # The same planning as the query's source, on this side (see ``offset_log``).
+        self._stop_planner()
+        self._planner = ChangeStreamStreamReader(parse_options(options))
+        reader = spark.readStream.format("changestream").options(**options)
         writer = (
             reader.load()
             .writeStream.foreachBatch(self._process)
@@ -322,6 +334,11 @@ class SparkPipeline:
                 processingTime=f"{int(self.trigger_seconds * 1000)} milliseconds"
             )
         return writer.start()
+
+    def _stop_planner(self) -> None:
+        if self._planner is not None:
+            self._planner.stop()  # closes its database
+            self._planner = None
 
     @property
     def trigger_seconds(self) -> float:
@@ -455,9 +472,7 @@ class SparkPipeline:
                 self.definition = self.catalog.get(self.name).definition
             plan = self._plan(self._tables())
             self._backfill(spark, plan)
-            summary = self._attempts(
-                "*", lambda: batch.mapInArrow(self._cdc_task(plan, batch_id), SUMMARY_DDL).toArrow()
-            ).to_pylist()
+            summary = self._attempts("*", lambda: self._run_cdc_tasks(spark, plan, batch_id))
             self._merge(plan, summary, f"cdc-{batch_id}")
             self._publish(spark, force=False)
             events = sum(row["events"] for row in summary if row["kind"] == "events")
@@ -494,10 +509,29 @@ class SparkPipeline:
             "over_limit": int(previous.get("over_limit", 0)) + int(over),
         }
 
-    def _cdc_task(self, plan: TaskPlan, batch_id: int) -> CdcTask:
-        return CdcTask(
-            plan, batch_id, self.database, self.options.token, self.definition.change_stream
+    def _run_cdc_tasks(
+        self, spark: SparkSession, plan: TaskPlan, batch_id: int
+    ) -> list[dict[str, Any]]:
+        """Run micro-batch ``batch_id``'s CDC tasks, one per group of partition ranges the
+        source plans between the offsets Spark logged for it; their summary rows."""
+        planner = self._planner
+        assert planner is not None, "the query was started"
+        start, end = batch_offsets(self.checkpoint, batch_id, planner.initialOffset)
+        groups = tuple(tuple(p.value) for p in planner.partitions(start, end))
+        if not groups:
+            return []
+        task = CdcTask(
+            plan,
+            batch_id,
+            self.database,
+            self.options.token,
+            self.definition.change_stream,
+            groups,
         )
+        count = len(groups)
+        rows = spark.range(0, count, 1, count).mapInArrow(task, SUMMARY_DDL).toArrow()
+        summary: list[dict[str, Any]] = rows.to_pylist()
+        return summary
 
     def _attempts(self, obj: str, work: Callable[[], T]) -> T:
         """``work()``, tried ``attempts`` times with jittered backoff while it fails retriably;
