@@ -250,6 +250,17 @@ def test_ranges_planned_from_the_logged_offsets_are_the_ones_the_source_reads(
     assert planned == read
 
 
+def test_warming_the_workers_runs_in_the_background_and_ends(spark: Any) -> None:
+    from changestream.spark._session import _import_task_code, warm_workers
+
+    thread = warm_workers(spark)
+    thread.join(120)
+    assert not thread.is_alive()
+    # Its tasks import the task code (a failure there would only be logged).
+    ready = spark.range(0, 4, 1, 2).mapInArrow(_import_task_code, "ready long").toArrow()
+    assert sorted(ready.column("ready").to_pylist()) == [2, 2]
+
+
 def test_an_offset_log_entry_that_is_missing_or_not_understood_fails_clearly(
     tmp_path: Path,
 ) -> None:

@@ -76,7 +76,7 @@ from changestream.spark._run_status import DELETED, BatchError, classify
 from changestream.spark._run_status import PipelineFailed as PipelineFailed
 from changestream.spark._run_status import PipelineOptions as PipelineOptions
 from changestream.spark._run_status import PipelineStatus as PipelineStatus
-from changestream.spark._session import local_session
+from changestream.spark._session import local_session, warm_workers
 from changestream.spark._source import ChangeStreamStreamReader
 from changestream.spark._tasks import (
     SUMMARY_DDL,
@@ -216,6 +216,7 @@ class SparkPipeline:
         spark = self._spark or local_session(
             self.options.master, f"changestream-{self.name}", log=self.spark_log
         )
+        warm_workers(spark)
         heartbeat = Heartbeat(self, self.options.heartbeat_seconds)
         backoff = self.options.backoff_seconds
         restarts = retrying(
