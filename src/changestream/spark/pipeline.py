@@ -3,9 +3,8 @@
 The job plans micro-batches with the ``changestream`` source from the position ``streams start``
 fixed; the driver plans each batch's partition ranges from the offsets Spark logged for it
 (see ``offset_log``). The work happens in Spark tasks (see ``tasks``): each task reads its
-ranges' changes, turns them into events, writes them
-to segments and stages the newest change per key for the Delta replica. The driver then, per
-micro-batch:
+ranges' changes, turns them into events, writes them to segments and stages the newest change
+per key for the Delta replica. The driver then, per micro-batch:
 
 1. backfills the objects that need it (chunks read, turned into events and written by tasks;
    the driver records which chunks are done);
@@ -231,6 +230,7 @@ class SparkPipeline:
             return status
         finally:
             heartbeat.stop()
+            self._stop_planner()
             if self._spark is None:
                 stop_session(spark)
             self.db.close()
