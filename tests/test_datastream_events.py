@@ -9,12 +9,15 @@ from pathlib import Path
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from changestream.clock import now_us
 from changestream.datastream.events import (
     BACKFILL_READ_METHOD,
     CDC_READ_METHOD,
     CdcMod,
+    _CdcBuilder,
     backfill_events,
     cdc_events,
     schema_key,
@@ -82,6 +85,40 @@ def test_seed_insert_update_delete_gives_three_events(tmp_path: Path, capture: s
         assert doc["sort_keys"] == [event.source_timestamp, 1, int(meta["record_sequence"]), 0]
     assert len({doc["uuid"] for doc in docs}) == 3
     assert [e.sort_keys for e in events] == sorted(e.sort_keys for e in events)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    stream=st.text(min_size=1, max_size=12),
+    tx_id=st.text(max_size=12),
+    sequence=st.integers(0, 99_999_999).map(lambda n: f"{n:08d}"),
+    ts=st.integers(0, 2**62),
+    first=st.integers(0, 5),
+    count=st.integers(1, 4),
+)
+def test_the_mods_of_a_record_get_the_uuids_of_the_recipe(
+    stream: str, tx_id: str, sequence: str, ts: int, first: int, count: int
+) -> None:
+    # A record's events share the first parts of their uuids' identity, worked out once;
+    # each must still be the UUID 5 of its whole identity.
+    table = table_of(SAMPLE_DDL)
+    build = _CdcBuilder(stream, "db", table, 1)
+    mods = [({"THIS_IS_MY_PK": str(i)}, {"FIELD1": "a", "FIELD2": "b"}, {}) for i in range(count)]
+    events = build.record(ts, tx_id, sequence, "INSERT", mods, first_index=first)
+    namespace = uuid.UUID("6b19f7f1-b143-460a-aabc-117f902a791b")
+    expected = [
+        str(
+            uuid.uuid5(
+                namespace,
+                orjson.dumps(["cdc", stream, "db_SAMPLE", ts, tx_id, sequence, i]).decode(),
+            )
+        )
+        for i in range(first, first + count)
+    ]
+    assert [e.uuid for e in events] == expected
+    assert [e.sort_keys for e in events] == [
+        (ts, 1, int(sequence), i) for i in range(first, first + count)
+    ]
 
 
 def test_uuids_are_deterministic_per_change(tmp_path: Path) -> None:

@@ -314,7 +314,12 @@ def _changing(codecs: dict[str, Codec]) -> dict[str, Codec]:
 def _uuid(*parts: Any) -> str:
     """``str(uuid.uuid5(namespace, json(parts)))``, spelled out: the stdlib's is several times
     slower, and this runs once per event."""
-    digest = bytearray(hashlib.sha1(_UUID_NAMESPACE_BYTES + orjson.dumps(parts)).digest()[:16])
+    return _uuid_of(orjson.dumps(parts))
+
+
+def _uuid_of(parts_json: bytes) -> str:
+    """:func:`_uuid` of the parts whose JSON (as ``orjson`` writes it) is ``parts_json``."""
+    digest = bytearray(hashlib.sha1(_UUID_NAMESPACE_BYTES + parts_json).digest()[:16])
     digest[6] = (digest[6] & 0x0F) | 0x50  # version 5
     digest[8] = (digest[8] & 0x3F) | 0x80  # RFC 4122 variant
     h = digest.hex()
@@ -394,23 +399,19 @@ def record_events(
     events: list[Event] = []
     for record in records:
         fit = _fitting(record, names)
-        for index, mod in enumerate(record.mods):
-            new_values, old_values = mod.new_values, mod.old_values
-            if fit is not None:
-                new_values, old_values = fit(new_values), fit(old_values)
-            events.append(
-                build(
-                    record.commit_timestamp,
-                    record.server_transaction_id,
-                    record.record_sequence,
-                    index,
-                    record.mod_type,
-                    mod.keys,
-                    new_values,
-                    old_values,
-                    record.transaction_tag,
-                )
-            )
+        mods: Iterable[tuple[Mapping[str, Any], Mapping[str, Any], Mapping[str, Any]]] = (
+            (m.keys, m.new_values, m.old_values) for m in record.mods
+        )
+        if fit is not None:
+            mods = ((keys, fit(new), fit(old)) for keys, new, old in mods)
+        events += build.record(
+            record.commit_timestamp,
+            record.server_transaction_id,
+            record.record_sequence,
+            record.mod_type,
+            mods,
+            record.transaction_tag,
+        )
     return events
 
 
@@ -468,57 +469,84 @@ class _CdcBuilder:
         old_values: Mapping[str, Any],
         transaction_tag: str = "",
     ) -> Event:
+        mods = ((keys, new_values, old_values),)
+        (event,) = self.record(
+            ts, tx_id, record_sequence, mod_type, mods, transaction_tag, mod_index
+        )
+        return event
+
+    def record(
+        self,
+        ts: int,
+        tx_id: str,
+        record_sequence: str,
+        mod_type: str,
+        mods: Iterable[tuple[Mapping[str, Any], Mapping[str, Any], Mapping[str, Any]]],
+        transaction_tag: str = "",
+        first_index: int = 0,
+    ) -> list[Event]:
+        """The events of one record's mods (keys, new values, old values), numbered from
+        ``first_index``; what the mods share is worked out once."""
         plan, table = self.plan, self.table
         if mod_type not in CHANGE_TYPES:
             raise InvalidArgument(
                 f"mod_type must be one of {', '.join(CHANGE_TYPES)}, got {mod_type!r}"
             )
         deleted = mod_type == "DELETE"
-        if deleted:
-            stored, row = _decode_row(plan, table, (keys, old_values))
-        else:
-            # Unknown columns fail in _decode_row, so a full count means none is missing.
-            if len(new_values) < self.non_key_count:
-                missing = plan.non_key.difference(new_values)
-                raise InvalidArgument(
-                    f"{mod_type} of table {table.name!r} lacks columns "
-                    f"{', '.join(sorted(missing))}: the change stream must capture whole rows "
-                    "(value_capture_type NEW_ROW or NEW_ROW_AND_OLD_VALUES) and track every "
-                    "column"
-                )
-            stored, row = _decode_row(plan, table, (keys, new_values))
+        updated = mod_type == "UPDATE"
         obj, stream_name = self.object, self.stream_name
         source_tx_id, lsn = tx_id, None
         if self.origin is not None:
             # What the source wrote in the tag: its own transaction id and position.
             source_tx_id, lsn = source_of_tag(transaction_tag) or (tx_id, None)
-        return Event(
-            stream_name=stream_name,
-            read_method=self.read_method,
-            object=obj,
-            schema_key=plan.schema_key,
-            uuid=_uuid("cdc", stream_name, obj, ts, tx_id, record_sequence, mod_index),
-            read_timestamp=self.read_us,
-            source_timestamp=ts,
-            sort_keys=(ts, CDC_RANK, int(record_sequence), mod_index),
-            source_metadata=SourceMetadata(
-                database=self.database,
-                table=table.name,
-                is_deleted=deleted,
-                change_type=mod_type,
-                tx_id=source_tx_id,
-                commit_timestamp=ts,
-                record_sequence=record_sequence,
-                mod_index=mod_index,
-                primary_keys=table.primary_key,
-                origin=self.origin,
-                lsn=lsn,
-            ),
-            payload=row,
-            table=table,
-            record_payload=stored,
-            record_old_values=old_values if mod_type == "UPDATE" and old_values else None,
-        )
+        sequence = int(record_sequence)
+        # The uuid's JSON parts but for the mod index, which closes them per mod.
+        head = orjson.dumps(("cdc", stream_name, obj, ts, tx_id, record_sequence))[:-1] + b","
+        events: list[Event] = []
+        for mod_index, (keys, new_values, old_values) in enumerate(mods, first_index):
+            if deleted:
+                stored, row = _decode_row(plan, table, (keys, old_values))
+            else:
+                # Unknown columns fail in _decode_row, so a full count means none is missing.
+                if len(new_values) < self.non_key_count:
+                    missing = plan.non_key.difference(new_values)
+                    raise InvalidArgument(
+                        f"{mod_type} of table {table.name!r} lacks columns "
+                        f"{', '.join(sorted(missing))}: the change stream must capture whole "
+                        "rows (value_capture_type NEW_ROW or NEW_ROW_AND_OLD_VALUES) and "
+                        "track every column"
+                    )
+                stored, row = _decode_row(plan, table, (keys, new_values))
+            events.append(
+                Event(
+                    stream_name=stream_name,
+                    read_method=self.read_method,
+                    object=obj,
+                    schema_key=plan.schema_key,
+                    uuid=_uuid_of(b"%s%d]" % (head, mod_index)),
+                    read_timestamp=self.read_us,
+                    source_timestamp=ts,
+                    sort_keys=(ts, CDC_RANK, sequence, mod_index),
+                    source_metadata=SourceMetadata(
+                        database=self.database,
+                        table=table.name,
+                        is_deleted=deleted,
+                        change_type=mod_type,
+                        tx_id=source_tx_id,
+                        commit_timestamp=ts,
+                        record_sequence=record_sequence,
+                        mod_index=mod_index,
+                        primary_keys=table.primary_key,
+                        origin=self.origin,
+                        lsn=lsn,
+                    ),
+                    payload=row,
+                    table=table,
+                    record_payload=stored,
+                    record_old_values=old_values if updated and old_values else None,
+                )
+            )
+        return events
 
 
 def backfill_events(
