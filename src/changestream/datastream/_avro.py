@@ -167,10 +167,11 @@ def avro_schema(table: Table, flavor: str = "changestream") -> dict[str, Any]:
 
 @dataclass(frozen=True, slots=True)
 class AvroPlan:
-    """A table's parsed Avro schema and the payload field names and encoders in column order."""
+    """A table's parsed Avro schema and, in column order, the payload fields: column name,
+    Avro field name, encoder and the name of the field's non-null union branch."""
 
     schema: dict[str, Any]
-    fields: tuple[tuple[str, str, Codec], ...]  # (column name, Avro field name, encoder)
+    fields: tuple[tuple[str, str, Codec, str], ...]
 
 
 # By schema key, for the reason given at changestream.datastream.events.plan_of.
@@ -191,10 +192,21 @@ def avro_plan(table: Table, flavor: str = "changestream") -> AvroPlan:
     return AvroPlan(
         schema=cast(dict[str, Any], fastavro.parse_schema(avro_schema(table, flavor))),
         fields=tuple(
-            (column.name, field_name, text_encoder(column.type))
+            (column.name, field_name, text_encoder(column.type), _branch(avro_type(column.type)))
             for field_name, column in zip(_field_names(table), table.columns, strict=True)
         ),
     )
+
+
+def _branch(avro: Any) -> str:
+    """How fastavro names a union branch of type ``avro`` (its tuple notation)."""
+    return avro if isinstance(avro, str) else str(avro["type"])
+
+
+def _in(branch: str, value: Any) -> Any:
+    """``value`` of a ``["null", branch]`` union in fastavro's tuple notation, which spares it
+    trying the union's types one by one."""
+    return None if value is None else (branch, value)
 
 
 def avro_record(event: Event) -> dict[str, Any]:
@@ -209,7 +221,7 @@ def avro_record(event: Event) -> dict[str, Any]:
         "uuid": event.uuid,
         "read_timestamp": event.read_timestamp // 1000,
         "source_timestamp": event.source_timestamp // 1000,
-        "sort_keys": list(event.sort_keys),
+        "sort_keys": [("long", key) for key in event.sort_keys],
         "source_metadata": (
             meta.to_json_dict()
             if meta.origin is not None
@@ -218,16 +230,16 @@ def avro_record(event: Event) -> dict[str, Any]:
                 "table": meta.table,
                 "is_deleted": meta.is_deleted,
                 "change_type": meta.change_type,
-                "tx_id": meta.tx_id,
-                "commit_timestamp": meta.commit_timestamp,
-                "record_sequence": meta.record_sequence,
-                "mod_index": meta.mod_index,
+                "tx_id": _in("string", meta.tx_id),
+                "commit_timestamp": _in("long", meta.commit_timestamp),
+                "record_sequence": _in("string", meta.record_sequence),
+                "mod_index": _in("long", meta.mod_index),
                 "primary_keys": list(meta.primary_keys),
             }
         ),
         "payload": {
-            field_name: encode(payload[name])
-            for name, field_name, encode in avro_plan_of(event).fields
+            field_name: _in(branch, encode(payload[name]))
+            for name, field_name, encode, branch in avro_plan_of(event).fields
         },
     }
 
