@@ -70,8 +70,8 @@ def warm_workers(spark: SparkSession) -> threading.Thread:
     the head start: the micro-batch meets it again and reports it."""
 
     def run() -> None:
-        slots = spark.sparkContext.defaultParallelism
         try:
+            slots = spark.sparkContext.defaultParallelism
             spark.range(0, slots, 1, slots).mapInArrow(_import_task_code, "ready long").toArrow()
         except Exception as exc:
             log.debug("warming Spark's Python workers failed: %s", exc)
