@@ -2,12 +2,12 @@
 
 A micro-batch's partition ranges, planned on the driver by the ``changestream`` source (see
 :mod:`changestream.spark.offset_log`), reach :class:`CdcTask` pickled with it, one group per
-task, and the task reads their changes itself;
-backfill chunks reach :class:`BackfillTask` as key ranges. Each task builds the Datastream
-events of its rows, writes them to segments (see :mod:`changestream.datastream.segments`: a
-replayed batch rewrites the same ones), and stages, per object, the MERGE source of the Delta
-replica — the newest change of each key it saw — as an Arrow IPC file. What returns to the
-driver is one small summary row per file, so the driver's memory does not grow with the batch.
+task, and the task reads their changes itself; backfill chunks reach :class:`BackfillTask` as
+key ranges. Each task builds the Datastream events of its rows, writes them to segments (see
+:mod:`changestream.datastream.segments`: a replayed batch rewrites the same ones), and stages,
+per object, the MERGE source of the Delta replica — the newest change of each key it saw — as
+an Arrow IPC file. What returns to the driver is one small summary row per file, so the
+driver's memory does not grow with the batch.
 """
 
 from __future__ import annotations
