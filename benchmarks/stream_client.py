@@ -174,6 +174,7 @@ def processing_seconds(outs: list[Path]) -> float:
     times = [
         int(line[2:])
         for out in outs
+        if out.exists()  # a worker that got no lease wrote nothing
         for line in out.read_text().split("\n")[:-1]
         if line.startswith("T ")
     ]
