@@ -13,6 +13,8 @@ from pathlib import Path
 import pyarrow as pa
 from pyspark.sql import SparkSession
 
+from changestream.spark.jvm_archive import driver_java_options
+
 log = logging.getLogger(__name__)
 
 
@@ -23,7 +25,9 @@ def local_session(
 ) -> SparkSession:
     """A SparkSession on ``master`` whose Python workers run this interpreter (so they see
     the same packages), with the ``changestream`` source registered. With ``log``, the JVM's
-    own output (its WARN lines, progress bars) goes to that file, not to this terminal."""
+    own output (its WARN lines, progress bars) goes to that file, not to this terminal. A new
+    driver JVM maps the class archive of :mod:`changestream.spark.jvm_archive` when there is
+    one (``changestream pipeline prepare`` builds it)."""
     from changestream.spark._source import register
 
     # Workers must import changestream and pyarrow from this environment.
@@ -36,6 +40,9 @@ def local_session(
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.pyspark.python", sys.executable)
     )
+    archive = driver_java_options()
+    if archive is not None and not _driver_java_options_given():
+        builder = builder.config("spark.driver.extraJavaOptions", archive)
     if log is None:
         spark = builder.getOrCreate()
     else:
@@ -44,6 +51,13 @@ def local_session(
         spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     return spark
+
+
+def _driver_java_options_given() -> bool:
+    """Whether the user passes the driver JVM options through ``PYSPARK_SUBMIT_ARGS``
+    (theirs win: the archive is left out rather than theirs replaced)."""
+    args = os.environ.get("PYSPARK_SUBMIT_ARGS", "")
+    return "--driver-java-options" in args or "spark.driver.extraJavaOptions" in args
 
 
 @contextmanager
