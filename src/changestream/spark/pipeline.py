@@ -88,6 +88,7 @@ from changestream.spark._tasks import (
     read_staged,
 )
 from changestream.spark.offset_log import batch_offsets
+from changestream.spark.replica import DeltaReplica
 from changestream.streams.opening import open_database
 from changestream.streams.origins import table_origins
 from changestream.streams.roles import PipelineDatabase
@@ -126,6 +127,7 @@ class SparkPipeline:
         self._runner: threading.Thread | None = None
         self._outcome: PipelineStatus | BaseException | None = None
         self._planner: ChangeStreamStreamReader | None = None
+        self._replicas: dict[tuple[Any, ...], DeltaReplica] = {}
 
     @property
     def checkpoint(self) -> Path:
@@ -577,7 +579,7 @@ class SparkPipeline:
             rows = read_staged(paths)
             if rows is None or obj not in by_object:
                 continue
-            replica = plan.replicas[by_object[obj]]
+            replica = self._replica(plan, by_object[obj])
             self._attempts(obj, functools.partial(replica.apply_arrow, rows))
             self._merges[obj] += 1
             every = self.options.compact_every
@@ -586,6 +588,17 @@ class SparkPipeline:
                 log.info("replica %s maintained: %s", obj, self._attempts(obj, maintain))
         for directory in {Path(p).parent.parent for paths in staged.values() for p in paths}:
             shutil.rmtree(directory, ignore_errors=True)
+
+    def _replica(self, plan: TaskPlan, table: str) -> DeltaReplica:
+        """``plan``'s replica of ``table``: the same object from one micro-batch to the next
+        while the table and the replica settings stay the same, so its Delta table stays
+        open."""
+        settings = (plan.replica, plan.append_only, plan.drop_dropped_columns)
+        key = (plan.schema, plan.tables[table], *settings)
+        replica = self._replicas.get(key)
+        if replica is None:
+            replica = self._replicas[key] = plan.replicas[table]
+        return replica
 
     def _publish(self, spark: SparkSession, force: bool) -> None:
         """Publish the segment lanes whose rotation is due (all of them with ``force``)."""
