@@ -98,6 +98,7 @@ def test_prepare_builds_an_archive_sessions_then_map(cache: Path, tmp_path: Path
     assert not list(cache.glob(".*partial"))  # the temporary name is gone
     info = start_session(tmp_path, cache)
     assert f"-XX:SharedArchiveFile={archive}" in info["args"]
+    assert "-XX:TieredStopAtLevel=1" in info["args"]  # DRIVER_JAVA_OPTIONS, beside it
     mapped = maps_on(archive, info["classpath"])
     assert mapped.returncode == 0, mapped.stdout + mapped.stderr
 
