@@ -1,7 +1,9 @@
 """``changestream pipeline run``: the Spark job that moves a stream's changes into event
-files and Delta replicas."""
+files and Delta replicas; ``pipeline prepare``: the class archive that starts it sooner."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import click
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -170,5 +172,5 @@ def prepare(timeout: float) -> None:
         from changestream.spark.jvm_archive import archive_file, build_archive
 
     click.echo(f"building the JVM class archive {archive_file()} ...")
-    path = build_archive(timeout)
+    path = build_archive(Path(__file__).with_name("_archive_job.py"), timeout)
     click.echo(f"built {path} ({path.stat().st_size / 2**20:.0f} MB)")

@@ -3,7 +3,7 @@
 Most of a pipeline's start-up is the driver's JVM loading and verifying Spark's classes. The
 JVM can map them, ready to use, from an archive written by an earlier run that loaded them
 (class data sharing, ``-XX:SharedArchiveFile``; JDK 13+). :func:`build_archive` writes one by
-running a small pipeline under ``spark-submit`` with ``-XX:ArchiveClassesAtExit`` (the JVM
+running small pipelines under ``spark-submit`` with ``-XX:ArchiveClassesAtExit`` (the JVM
 writes the archive when it exits normally, which a JVM started by PySpark never does: PySpark
 kills it). :func:`local_session <changestream.spark.local_session>` then starts its JVM with
 it whenever one exists for this Spark and this Java.
@@ -81,16 +81,15 @@ def driver_java_options() -> str | None:
     return f"{_USE_OPTION}{path}" if path.is_file() else None
 
 
-def build_archive(timeout: float = BUILD_TIMEOUT_SECONDS) -> Path:
+def build_archive(job: str | os.PathLike[str], timeout: float = BUILD_TIMEOUT_SECONDS) -> Path:
     """Write the archive of this Spark and Java (replacing any) and return its path.
 
-    A small pipeline (see ``_archive_job``) runs under ``spark-submit`` in a temporary
-    directory so the JVM loads the classes pipelines use; the archive is written under a
-    temporary name and renamed, so a concurrent run sees a whole archive or none. Raises
-    :class:`ChangeStreamError` with the end of the job's output when it fails or runs
-    longer than ``timeout`` seconds."""
-    from changestream.spark import _archive_job
-
+    ``job``, a Python script that runs small pipelines (``changestream pipeline prepare``
+    passes its own), runs under ``spark-submit`` in a temporary directory (its path in
+    ``$CHANGESTREAM_ARCHIVE_WORK``) so the JVM loads the classes pipelines use; the archive
+    is written under a temporary name and renamed, so a concurrent run sees a whole archive
+    or none. Raises :class:`ChangeStreamError` with the end of the job's output when it fails
+    or runs longer than ``timeout`` seconds."""
     target = archive_file()
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
@@ -105,7 +104,7 @@ def build_archive(timeout: float = BUILD_TIMEOUT_SECONDS) -> Path:
         "spark.ui.enabled=false",
         "--driver-java-options",
         f"{_DUMP_OPTION}{partial}",
-        _archive_job.__file__,
+        str(job),
     ]
     with tempfile.TemporaryDirectory(prefix="changestream-archive-") as work:
         env["CHANGESTREAM_ARCHIVE_WORK"] = work

@@ -1,7 +1,7 @@
-"""The job ``jvm_archive.build_archive`` runs under ``spark-submit``: small pipelines, one per
-file format, each with a backfill, CDC micro-batches and a Delta replica, so the JVM loads the
-classes real pipelines load before it writes them to the archive. It works in the directory
-``$CHANGESTREAM_ARCHIVE_WORK``."""
+"""The job ``changestream pipeline prepare`` has ``jvm_archive.build_archive`` run under
+``spark-submit``: small pipelines, one per file format, each with a backfill, CDC
+micro-batches and a Delta replica, so the JVM loads the classes real pipelines load before it
+writes them to the archive. It works in the directory ``$CHANGESTREAM_ARCHIVE_WORK``."""
 
 from __future__ import annotations
 
