@@ -84,10 +84,22 @@ def stop_between_batches(query: StreamingQuery, patience: float = 30.0) -> None:
 
 
 def stop_session(spark: SparkSession) -> None:
+    """Stop the session the pipeline started. PySpark's accumulator server (private to it)
+    stops only once its connection handler next wakes, which it does every second, and
+    ``SparkContext.stop`` waits for that; the pipeline uses no accumulators, so the server
+    is stopped in the background instead (about 0.8 s sooner at the end of every run)."""
+    context = spark.sparkContext
+    accumulators = getattr(context, "_accumulatorServer", None)
+    if accumulators is not None:
+        context._accumulatorServer = None  # type: ignore[assignment]
     try:
         spark.stop()
     except Exception as exc:  # the JVM is gone: nothing left to stop
         log.debug("stopping Spark failed: %s", exc)
+    if accumulators is not None:
+        threading.Thread(
+            target=accumulators.shutdown, name="spark-accumulators-stop", daemon=True
+        ).start()
 
 
 def frontier_of(query: StreamingQuery) -> int | None:

@@ -1,0 +1,53 @@
+"""Stopping the pipeline's Spark session: the context stops at once and PySpark's accumulator
+server, stopped in the background, is gone shortly after (no thread or socket left behind).
+In a process of its own: this one's tests share a session."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("pyspark")
+
+SCRIPT = """
+import socket, sys, threading, time
+from changestream.spark import local_session
+from changestream.spark._query_control import stop_session
+spark = local_session("local[1]", log=sys.argv[1])
+assert spark.range(10).count() == 10
+context = spark.sparkContext
+server = context._accumulatorServer
+address = server.server_address
+stop_session(spark)
+assert context._jsc is None, "the context is stopped"
+deadline = time.monotonic() + 30
+while any(t.name == "spark-accumulators-stop" for t in threading.enumerate()):
+    assert time.monotonic() < deadline, "the accumulator server did not stop"
+    time.sleep(0.05)
+assert server.fileno() == -1, "its socket is closed"
+if isinstance(address, tuple):
+    try:
+        socket.create_connection(address, timeout=5).close()
+    except OSError:
+        pass
+    else:
+        raise AssertionError("something still listens on the accumulator server's port")
+again = local_session("local[1]", log=sys.argv[1])
+assert again.range(5).count() == 5, "a new session starts after it"
+stop_session(again)
+print("ok")
+"""
+
+
+def test_stopping_the_session_leaves_no_accumulator_server(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(tmp_path / "spark.log")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().endswith("ok")
