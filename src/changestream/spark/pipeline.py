@@ -128,6 +128,7 @@ class SparkPipeline:
         self._outcome: PipelineStatus | BaseException | None = None
         self._planner: ChangeStreamStreamReader | None = None
         self._replicas: dict[tuple[Any, ...], DeltaReplica] = {}
+        self._publication: _Background | None = None
 
     @property
     def checkpoint(self) -> Path:
@@ -233,6 +234,7 @@ class SparkPipeline:
         finally:
             heartbeat.stop()
             self._stop_planner()
+            self._drop_publication()
             if self._spark is None:
                 stop_session(spark)
             self.db.close()
@@ -242,6 +244,7 @@ class SparkPipeline:
         if self.catalog.get(self.name).state is StreamState.FAILED:
             self.catalog.transition(self.name, "retry")  # a restart after a failure
         self._failure = None
+        self._drop_publication()  # a failed run's, before a restart
         try:
             self._guard(lambda: self._backfill(spark, self._plan(self._tables())))
             query = self._start_query(spark, start, available_now=target is not None)
@@ -601,7 +604,14 @@ class SparkPipeline:
         return replica
 
     def _publish(self, spark: SparkSession, force: bool) -> None:
-        """Publish the segment lanes whose rotation is due (all of them with ``force``)."""
+        """Publish the segment lanes whose rotation is due (all of them with ``force``).
+
+        The previous publication is waited for first: one runs at a time, and its failure
+        fails this call. Without ``force`` the publication runs in the background, so a
+        micro-batch does not wait for the files it rotates (about 0.3 s for a 50 MB file):
+        its segments are durable already, and a publication a crash cuts short is finished
+        by the next one (see ``datastream.segments``)."""
+        self._await_publication()
         definition = self.definition
         root = self._work / "segments"
         now = time.time()
@@ -623,9 +633,35 @@ class SparkPipeline:
         # A range and mapInArrow, not an RDD: the tasks reuse the Python workers of the
         # micro-batches instead of starting workers of their own.
         count = len(lanes)
-        self._attempts(
-            obj, lambda: spark.range(0, count, 1, count).mapInArrow(task, SUMMARY_DDL).toArrow()
-        )
+
+        def publish() -> None:
+            self._attempts(
+                obj, lambda: spark.range(0, count, 1, count).mapInArrow(task, SUMMARY_DDL).toArrow()
+            )
+
+        if force:
+            publish()
+        else:
+            self._publication = _Background(publish, f"pipeline-{self.name}-publish")
+
+    def _await_publication(self) -> None:
+        """Wait for the background publication, if any (at most the batch timeout); raises
+        its failure."""
+        publication, self._publication = self._publication, None
+        if publication is None:
+            return
+        timeout = self.options.batch_timeout_seconds
+        if not publication.wait(timeout):
+            raise BatchError("*", f"publishing event files took over {timeout:g}s", True)
+        publication.result()
+
+    def _drop_publication(self) -> None:
+        """Let a background publication end (at most the batch timeout) when the run it
+        belonged to is over; its failure is only logged (the next one finishes its work)."""
+        try:
+            self._await_publication()
+        except Exception as exc:
+            log.warning("stream %s: publishing event files failed: %s", self.name, exc)
 
     def _backfill(self, spark: SparkSession, plan: TaskPlan) -> None:
         """Run the backfill job of every object of ``plan`` that has one to run (an automatic
@@ -693,6 +729,33 @@ class SparkPipeline:
             self.catalog.update_progress(self.name, add_rows=sum(row["events"] for row in done))
             self._publish(spark, force=False)
         self.catalog.set_object_backfill(self.name, obj, "done")  # every chunk is read
+
+
+class _Background:
+    """``work()`` running in a daemon thread; :meth:`result` waits for it and raises what it
+    raised."""
+
+    def __init__(self, work: Callable[[], None], name: str) -> None:
+        self._work = work
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._work()
+        except BaseException as exc:  # handed to result()
+            self._error = exc
+
+    def wait(self, timeout: float) -> bool:
+        """Wait at most ``timeout`` seconds; whether the work ended."""
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def result(self) -> None:
+        """Raise what the work raised (after it ended)."""
+        if self._error is not None:
+            raise self._error
 
 
 def run_pipeline(
