@@ -720,8 +720,8 @@ def test_an_include_list_with_columns_keeps_only_those_in_events_and_replica(
 def test_a_background_publication_fails_the_next_publish_and_is_bounded(
     spark: Any, tmp_path: Path
 ) -> None:
+    from changestream.spark._query_control import Background
     from changestream.spark._run_status import BatchError
-    from changestream.spark.pipeline import _Background
 
     path = str(tmp_path / "source.db")
     _create_items(path, rows=0)
@@ -731,14 +731,14 @@ def test_a_background_publication_fails_the_next_publish_and_is_bounded(
     def fails() -> None:
         raise BatchError("source_Items", "disk full", True)
 
-    pipeline._publication = _Background(fails, "test-publish")
+    pipeline._publication = Background(fails, "test-publish")
     with pytest.raises(BatchError, match="disk full"):
         pipeline._publish(spark, force=False)
     pipeline._publish(spark, force=False)  # the failure was handed over once
-    pipeline._publication = _Background(lambda: time.sleep(3), "test-publish")
+    pipeline._publication = Background(lambda: time.sleep(3), "test-publish")
     with pytest.raises(BatchError, match="publishing event files took over 1s"):
         pipeline._publish(spark, force=True)
-    pipeline._publication = _Background(fails, "test-publish")
+    pipeline._publication = Background(fails, "test-publish")
     pipeline._drop_publication()  # a finished run's failure is only logged
     assert pipeline._publication is None
     pipeline.db.close()

@@ -1,6 +1,6 @@
 """Watching and stopping a pipeline's streaming query: the heartbeat ``streams describe``
-shows, a watchdog for stuck micro-batches, stopping between batches, and the frontier a
-batch reached."""
+shows, a watchdog for stuck micro-batches, stopping between batches, the frontier a batch
+reached, and work run beside the micro-batches."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import SparkSession
@@ -114,3 +115,30 @@ def frontier_of(query: StreamingQuery) -> int | None:
     if not isinstance(offset, dict):
         return None
     return Frontier.from_offset(offset).watermark
+
+
+class Background:
+    """``work()`` running in a daemon thread (a publication beside the next micro-batch):
+    :meth:`wait` waits for it, :meth:`result` raises what it raised."""
+
+    def __init__(self, work: Callable[[], None], name: str) -> None:
+        self._work = work
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._work()
+        except BaseException as exc:  # handed to result()
+            self._error = exc
+
+    def wait(self, timeout: float) -> bool:
+        """Wait at most ``timeout`` seconds; whether the work ended."""
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def result(self) -> None:
+        """Raise what the work raised (after it ended)."""
+        if self._error is not None:
+            raise self._error

@@ -59,6 +59,7 @@ from changestream.retry import retrying
 from changestream.spark._backfill import DONE_PREFIX, PLAN, KeyCodec, chunks, plan_boundaries
 from changestream.spark._options import parse_options
 from changestream.spark._query_control import (
+    Background,
     Heartbeat,
     Watchdog,
     frontier_of,
@@ -128,7 +129,7 @@ class SparkPipeline:
         self._outcome: PipelineStatus | BaseException | None = None
         self._planner: ChangeStreamStreamReader | None = None
         self._replicas: dict[tuple[Any, ...], DeltaReplica] = {}
-        self._publication: _Background | None = None
+        self._publication: Background | None = None
 
     @property
     def checkpoint(self) -> Path:
@@ -642,7 +643,7 @@ class SparkPipeline:
         if force:
             publish()
         else:
-            self._publication = _Background(publish, f"pipeline-{self.name}-publish")
+            self._publication = Background(publish, f"pipeline-{self.name}-publish")
 
     def _await_publication(self) -> None:
         """Wait for the background publication, if any (at most the batch timeout); raises
@@ -729,33 +730,6 @@ class SparkPipeline:
             self.catalog.update_progress(self.name, add_rows=sum(row["events"] for row in done))
             self._publish(spark, force=False)
         self.catalog.set_object_backfill(self.name, obj, "done")  # every chunk is read
-
-
-class _Background:
-    """``work()`` running in a daemon thread; :meth:`result` waits for it and raises what it
-    raised."""
-
-    def __init__(self, work: Callable[[], None], name: str) -> None:
-        self._work = work
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        try:
-            self._work()
-        except BaseException as exc:  # handed to result()
-            self._error = exc
-
-    def wait(self, timeout: float) -> bool:
-        """Wait at most ``timeout`` seconds; whether the work ended."""
-        self._thread.join(timeout)
-        return not self._thread.is_alive()
-
-    def result(self) -> None:
-        """Raise what the work raised (after it ended)."""
-        if self._error is not None:
-            raise self._error
 
 
 def run_pipeline(
