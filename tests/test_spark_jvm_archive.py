@@ -130,3 +130,19 @@ def test_user_java_options_win(monkeypatch: pytest.MonkeyPatch) -> None:
     assert _driver_java_options_given()
     monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", "--conf spark.eventLog.enabled=true pyspark-shell")
     assert not _driver_java_options_given()
+
+
+def test_prepare_says_when_the_cache_cannot_be_written(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    env = {**os.environ, "CHANGESTREAM_CACHE_DIR": str(blocker / "cache")}
+    done = subprocess.run(
+        [sys.executable, "-m", "changestream", "pipeline", "prepare"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 2
+    assert "error: cannot create the cache directory" in done.stderr
+    assert "CHANGESTREAM_CACHE_DIR" in done.stderr and "Traceback" not in done.stderr

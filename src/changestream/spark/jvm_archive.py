@@ -91,7 +91,13 @@ def build_archive(job: str | os.PathLike[str], timeout: float = BUILD_TIMEOUT_SE
     or none. Raises :class:`ChangeStreamError` with the end of the job's output when it fails
     or runs longer than ``timeout`` seconds."""
     target = archive_file()
-    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ChangeStreamError(
+            f"cannot create the cache directory {target.parent} ({exc.strerror}): set "
+            "CHANGESTREAM_CACHE_DIR to a directory you can write"
+        ) from exc
     partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
     submit = spark_home() / "bin" / "spark-submit"
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
