@@ -259,6 +259,8 @@ def test_warming_the_workers_runs_in_the_background_and_ends(spark: Any) -> None
     # Its tasks import the task code (a failure there would only be logged).
     ready = spark.range(0, 4, 1, 2).mapInArrow(_import_task_code, "ready long").toArrow()
     assert sorted(ready.column("ready").to_pylist()) == [2, 2]
+    # Then it planned a read of its one-row source (the planner worker imports the source).
+    assert [row.ready for row in spark.read.format("changestream_warm_up").load().collect()] == [1]
 
 
 def test_an_offset_log_entry_that_is_missing_or_not_understood_fails_clearly(

@@ -13,6 +13,8 @@ from typing import Final
 
 import pyarrow as pa
 from pyspark.sql import SparkSession
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.types import StructType
 
 from changestream.spark.jvm_archive import driver_java_options
 
@@ -95,16 +97,19 @@ def _stderr_to(log: Path) -> Iterator[None]:
 
 
 def warm_workers(spark: SparkSession) -> threading.Thread:
-    """Start, in the background, a tiny job whose tasks import the pipeline's task code: Spark
-    starts its Python workers and compiles the job's plan while the driver is busy starting the
-    query, instead of at the first micro-batch (about 3 s of a cold start on local[2]). The
-    workers stay for the micro-batches' tasks (Spark reuses them). A failure here only costs
-    the head start: the micro-batch meets it again and reports it."""
+    """Start, in the background, what a pipeline's first micro-batch would otherwise wait for:
+    Spark's Python workers, with the pipeline's task code imported (a tiny ``mapInArrow``
+    job), then the worker that plans Python data sources, with the ``changestream`` source
+    imported (a tiny read of a one-row source). The workers stay for the micro-batches (Spark
+    reuses them). A failure here only costs the head start: the micro-batch meets it again
+    and reports it."""
 
     def run() -> None:
         try:
             slots = spark.sparkContext.defaultParallelism
             spark.range(0, slots, 1, slots).mapInArrow(_import_task_code, "ready long").toArrow()
+            spark.dataSource.register(_WarmUpSource)
+            spark.read.format(_WarmUpSource.name()).load().collect()
         except Exception as exc:
             log.debug("warming Spark's Python workers failed: %s", exc)
 
@@ -117,3 +122,25 @@ def _import_task_code(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBa
     import changestream.spark._tasks  # noqa: F401
 
     yield pa.RecordBatch.from_pydict({"ready": [sum(b.num_rows for b in batches)]})
+
+
+class _WarmUpSource(DataSource):
+    """One row; planning it imports the ``changestream`` source in Spark's planner worker,
+    which then plans the pipeline's own source without importing anything."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "changestream_warm_up"
+
+    def schema(self) -> str:
+        return "ready int"
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        import changestream.spark._source  # noqa: F401
+
+        return _WarmUpReader()
+
+
+class _WarmUpReader(DataSourceReader):
+    def read(self, partition: InputPartition) -> Iterator[tuple[int]]:
+        yield (1,)
