@@ -17,6 +17,7 @@ Streaming::
 from __future__ import annotations
 
 import sys
+import weakref
 from collections.abc import Iterator, MutableMapping, Sequence
 from typing import Any
 
@@ -66,7 +67,7 @@ class ChangeStreamDataSource(DataSource):
         return "changestream"
 
     def schema(self) -> str:
-        _check_stream(self.checked)
+        check_stream(self.checked)
         return spark_schema(self.checked.row_per_mod, self.checked.row_per_range)
 
     def reader(self, schema: StructType) -> DataSourceReader:
@@ -87,8 +88,20 @@ def register(spark: SparkSession) -> None:
     problem = _worker_import_problem(spark)
     if problem is None:
         spark.dataSource.register(ChangeStreamDataSource)
+        _WORKERS_READY.add(spark)
     else:
         spark.dataSource.register(_unavailable_source(problem))
+        _WORKERS_READY.discard(spark)
+
+
+#: The sessions :func:`register` gave the real source (their workers import changestream).
+_WORKERS_READY: weakref.WeakSet[SparkSession] = weakref.WeakSet()
+
+
+def workers_import_changestream(spark: SparkSession) -> bool:
+    """Whether :func:`register` found that ``spark``'s Python workers import changestream
+    (so format ``changestream`` is the real source, not the stand-in that explains why not)."""
+    return spark in _WORKERS_READY
 
 
 def _worker_import_problem(spark: SparkSession) -> str | None:
@@ -122,8 +135,9 @@ def _worker_import_problem(spark: SparkSession) -> str | None:
 
 
 def _unavailable_source(problem: str) -> type[DataSource]:
-    """A stand-in format ``changestream`` whose ``load()`` fails with ``problem``. Defined
-    here so Spark pickles it by value: workers that cannot import changestream can run it."""
+    """A stand-in format ``changestream`` whose ``load()`` fails with ``problem`` (or, given a
+    schema, which skips that check, the query or the read). Defined here so Spark pickles it by
+    value: workers that cannot import changestream can run it."""
 
     class ChangeStreamUnavailable(DataSource):
         @classmethod
@@ -133,6 +147,12 @@ def _unavailable_source(problem: str) -> type[DataSource]:
         def schema(self) -> str:
             raise RuntimeError(problem)
 
+        def reader(self, schema: StructType) -> DataSourceReader:
+            raise RuntimeError(problem)
+
+        def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+            raise RuntimeError(problem)
+
     return ChangeStreamUnavailable
 
 
@@ -140,9 +160,9 @@ def _open(options: SourceOptions) -> ChangeStreamSource:
     return open_database(options.database, options.token)
 
 
-def _check_stream(options: SourceOptions) -> None:
-    """Fail at ``load()`` when the database or the change stream does not exist, or the start
-    is out of retention (with ``failOnDataLoss``)."""
+def check_stream(options: SourceOptions) -> None:
+    """Fail (at ``load()``) when the database or the change stream does not exist, or the
+    start is out of retention (with ``failOnDataLoss``)."""
     db = _open(options)
     try:
         db.partitions(options.stream)

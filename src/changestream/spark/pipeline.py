@@ -66,6 +66,7 @@ from changestream.spark._query_control import (
     stop_between_batches,
     stop_session,
 )
+from changestream.spark._rows import spark_schema
 from changestream.spark._run_status import (
     DEFAULT_MAX_BYTES_PER_TRIGGER as DEFAULT_MAX_BYTES_PER_TRIGGER,
 )
@@ -77,7 +78,11 @@ from changestream.spark._run_status import PipelineFailed as PipelineFailed
 from changestream.spark._run_status import PipelineOptions as PipelineOptions
 from changestream.spark._run_status import PipelineStatus as PipelineStatus
 from changestream.spark._session import local_session, warm_workers
-from changestream.spark._source import ChangeStreamStreamReader
+from changestream.spark._source import (
+    ChangeStreamStreamReader,
+    check_stream,
+    workers_import_changestream,
+)
 from changestream.spark._tasks import (
     SUMMARY_DDL,
     SUMMARY_SCHEMA,
@@ -324,10 +329,18 @@ class SparkPipeline:
 
     def _start_query(self, spark: SparkSession, start: int, available_now: bool) -> StreamingQuery:
         options = self._source_options(start)
+        checked = parse_options(options)
+        # What load() checks (the stream exists, the start is in retention), on this side: with
+        # the schema given, Spark starts no Python worker to ask the source for it (about
+        # 1.4 s of a start). Unless the source is the stand-in explaining why Spark's workers
+        # cannot import changestream, whose load() must say so.
+        check_stream(checked)
+        reader = spark.readStream.format("changestream").options(**options)
+        if workers_import_changestream(spark):
+            reader = reader.schema(spark_schema(row_per_mod=False, row_per_range=True))
         # The same planning as the query's source, on this side (see ``offset_log``).
         self._stop_planner()
-        self._planner = ChangeStreamStreamReader(parse_options(options))
-        reader = spark.readStream.format("changestream").options(**options)
+        self._planner = ChangeStreamStreamReader(checked)
         writer = (
             reader.load()
             .writeStream.foreachBatch(self._process)
