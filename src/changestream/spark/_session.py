@@ -75,7 +75,7 @@ def local_session(
 
 def _driver_java_options_given() -> bool:
     """Whether the user passes the driver JVM options through ``PYSPARK_SUBMIT_ARGS``
-    (theirs win: the archive is left out rather than theirs replaced)."""
+    (theirs win: ours are left out rather than theirs replaced)."""
     args = os.environ.get("PYSPARK_SUBMIT_ARGS", "")
     return "--driver-java-options" in args or "spark.driver.extraJavaOptions" in args
 
