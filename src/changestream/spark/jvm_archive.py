@@ -11,8 +11,8 @@ it whenever one exists for this Spark and this Java.
 The archive lives in the cache directory (``$CHANGESTREAM_CACHE_DIR``, else
 ``$XDG_CACHE_HOME/changestream``, else ``~/.cache/changestream``), named after the Spark
 version, the Spark installation and the Java binary, so another of them never picks it up.
-The JVM checks it again when it maps it and ignores one that does not fit (with a warning in
-Spark's log): a stale archive costs the head start, never a run.
+The JVM checks it again when it maps it and ignores one that does not fit (at most with a
+warning in Spark's log): a stale or damaged archive costs the head start, never a run.
 """
 
 from __future__ import annotations
