@@ -6,7 +6,6 @@ writes them to the archive. It works in the directory ``$CHANGESTREAM_ARCHIVE_WO
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import changestream
@@ -49,4 +48,3 @@ def main(work: Path) -> None:
 
 if __name__ == "__main__":
     main(Path(os.environ["CHANGESTREAM_ARCHIVE_WORK"]))
-    sys.exit(0)
