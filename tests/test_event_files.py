@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import decimal
 import random
@@ -12,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import fastavro
+import msgspec
 import orjson
 import pyarrow.json
 import pytest
@@ -242,7 +242,7 @@ def test_write_uses_fresh_names(tmp_path: Path) -> None:
 @pytest.mark.parametrize("format", FORMATS)
 def test_a_failed_write_leaves_no_partial_file(tmp_path: Path, format: str) -> None:
     good = sample_events(100)
-    bad = dataclasses.replace(
+    bad = msgspec.structs.replace(
         good[-1], uuid="bad", payload={**good[-1].payload, "FIELD2": {1}}, record_payload=None
     )
     writer = EventFileWriter(tmp_path, format, max_file_bytes=2048)

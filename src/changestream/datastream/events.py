@@ -30,9 +30,10 @@ import functools
 import hashlib
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final
 
+import msgspec
 import orjson
 
 from changestream.codecs import (
@@ -108,9 +109,11 @@ class CdcMod:
     old_values: Mapping[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
-class SourceMetadata:
-    """The source-specific metadata; the CDC-only fields are None for backfill events."""
+class SourceMetadata(msgspec.Struct, frozen=True, gc=False):
+    """The source-specific metadata; the CDC-only fields are None for backfill events.
+
+    Immutable and compared field by field, like :class:`Event` (see there why a struct).
+    """
 
     database: str
     table: str
@@ -171,12 +174,19 @@ class SourceMetadata:
         }
 
 
-@dataclass(frozen=True, slots=True)
-class Event:
+class Event(msgspec.Struct, frozen=True, gc=False):
     """One changed row in the seed's envelope (timestamps in microseconds).
 
     ``table`` is the definition the payload follows; it is not part of the event's data, but
-    lets writers derive per-object schemas (Avro, Delta) without another lookup.
+    lets writers derive per-object schemas (Avro, Delta) without another lookup. Two events
+    are equal when their data is (``table``, ``record_payload`` and ``record_old_values``
+    aside); ``msgspec.structs.replace(event, ...)`` copies one with changes.
+
+    A msgspec struct rather than a frozen dataclass: every change becomes an event, and a
+    frozen dataclass sets each field through ``object.__setattr__`` (an event and its
+    metadata took 3.1 µs to build that way, 0.23 µs as structs). The garbage collector does
+    not track events (they hold no reference back to themselves), so the thousands a task
+    holds at a time cost it no collections.
     """
 
     stream_name: str
@@ -189,13 +199,22 @@ class Event:
     sort_keys: tuple[int, int, int, int]
     source_metadata: SourceMetadata
     payload: dict[str, Any]
-    table: Table = field(repr=False, compare=False)
+    table: Table
     #: The payload as the change record holds it (CDC events): written to JSON files as it is
     #: but for JSON columns, rather than encoded again from ``payload``.
-    record_payload: dict[str, Any] | None = field(default=None, repr=False, compare=False)
+    record_payload: dict[str, Any] | None = None
     #: An UPDATE's old values as the change record holds them (the columns it changed, with
     #: ``NEW_ROW_AND_OLD_VALUES`` capture), for :meth:`row_before`; None otherwise.
-    record_old_values: Mapping[str, Any] | None = field(default=None, repr=False, compare=False)
+    record_old_values: Mapping[str, Any] | None = None
+
+    def __eq__(self, other: Any) -> bool:  # ``object`` is a field here
+        if not isinstance(other, Event):
+            return NotImplemented
+        return all(getattr(self, name) == getattr(other, name) for name in _EVENT_DATA)
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in _EVENT_DATA)
+        return f"Event({fields})"
 
     def row_before(self) -> dict[str, Any] | None:
         """An UPDATE's whole row before it (the payload with the changed columns' old
@@ -228,6 +247,10 @@ class Event:
             "source_metadata": self.source_metadata.to_json_dict(),
             "payload": payload,
         }
+
+
+#: The fields that are the event's data: what equality compares and ``repr`` shows.
+_EVENT_DATA: Final = Event.__struct_fields__[: Event.__struct_fields__.index("table")]
 
 
 def _encoded(values: dict[str, Any], encoders: Mapping[str, Codec]) -> dict[str, Any]:
