@@ -221,10 +221,13 @@ class SparkPipeline:
             start = self.catalog.get(self.name).state_changed_at
             self.catalog.update_progress(self.name, cdc_start_timestamp=start)
         target = now_us() if self.options.until_caught_up else None
-        spark = self._spark or local_session(
-            self.options.master, f"changestream-{self.name}", log=self.spark_log
-        )
-        warm_workers(spark)
+        spark = self._spark
+        if spark is None:
+            spark = local_session(
+                self.options.master, f"changestream-{self.name}", log=self.spark_log, warm=True
+            )
+        else:
+            warm_workers(spark)
         heartbeat = Heartbeat(self, self.options.heartbeat_seconds)
         backoff = self.options.backoff_seconds
         restarts = retrying(
