@@ -3,10 +3,12 @@ type from real change records and snapshot reads, uuids, sort keys and schema ke
 
 from __future__ import annotations
 
+import gc
 import re
 import uuid
 from pathlib import Path
 
+import msgspec
 import orjson
 import pytest
 from hypothesis import given, settings
@@ -161,6 +163,30 @@ def test_uuids_are_deterministic_per_change(tmp_path: Path) -> None:
     assert backfill_events("s", "db", table, [(5, "changed", "b")], 50, 2)[0].uuid != backfill.uuid
     assert backfill_events("s", "db", table, [(6, "a", "b")], 50, 2)[0].uuid != backfill.uuid
     assert backfill.uuid != first.uuid
+
+
+def test_events_compare_and_show_their_data_not_the_row_as_stored() -> None:
+    table = table_of(SAMPLE_DDL)
+    mod = CdcMod(100, "7", "00000001", 0, "UPDATE", {"THIS_IS_MY_PK": "5"}, FIELDS, {"FIELD1": "z"})
+    event = cdc_events("s", "db", table, [mod], read_timestamp_us=1)[0]
+    assert event.record_payload is not None and event.record_old_values is not None
+    bare = msgspec.structs.replace(
+        event, table=table_of(ALL_TYPES_DDL), record_payload=None, record_old_values=None
+    )
+    assert bare == event
+    assert not bare != event  # noqa: SIM202 (``!=`` must agree with ``==``)
+    assert msgspec.structs.replace(event, uuid="other") != event
+    assert msgspec.structs.replace(event, payload={**event.payload, "FIELD1": "y"}) != event
+    assert event != "not an event"
+    assert repr(bare) == repr(event)
+    assert repr(event).startswith("Event(stream_name='s', ")
+    assert "record_payload=" not in repr(event) and "Table(" not in repr(event)
+    # Nothing refers back to an event, so the collector need not track the thousands a task
+    # holds; a cycle through one would never be collected.
+    assert not gc.is_tracked(event) and not gc.is_tracked(event.source_metadata)
+
+
+FIELDS = {"FIELD1": "a", "FIELD2": "b"}
 
 
 def _rest(mod: CdcMod) -> tuple[object, ...]:

@@ -7,8 +7,13 @@ reference", whose TypeCode is ``INT64``; we follow the API reference.
 
 from __future__ import annotations
 
+import gc
+import pickle
 from pathlib import Path
 from typing import Any
+
+import msgspec
+import pytest
 
 import changestream
 from changestream import COMMIT_TIMESTAMP, ChildPartitionsRecord, DataChangeRecord, HeartbeatRecord
@@ -331,6 +336,19 @@ def test_records_of_the_same_columns_share_their_column_types_and_others_do_not(
     assert [c.type for c in ints.column_types] == [array]
     assert [c.type for c in texts.column_types] == [strings]
     assert [c.name for c in renamed.column_types] == ["Id"]
+
+
+def test_a_record_is_immutable_untracked_and_copied_with_changes() -> None:
+    record = DataChangeRecord.from_dict(1, _FIELDS | {"column_types": [ACCOUNT_ID]}, "token")
+    with pytest.raises(AttributeError):
+        record.table_name = "other"  # type: ignore[misc]
+    # Readers hold batches of records; nothing in a record refers back to it.
+    assert not gc.is_tracked(record)
+    moved = msgspec.structs.replace(record, partition_token="other")
+    assert (moved.partition_token, record.partition_token) == ("other", "token")
+    assert moved != record and msgspec.structs.replace(moved, partition_token="token") == record
+    assert pickle.loads(pickle.dumps(record)) == record
+    assert DataChangeRecord.from_payload(1, record.to_json().encode(), "token") == record
 
 
 _FIELDS: dict[str, Any] = {
