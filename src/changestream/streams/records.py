@@ -93,11 +93,11 @@ class DataChangeRecord(msgspec.Struct, _JsonRecord, frozen=True, gc=False):
     """The mods of one transaction, one table and one mod type in one partition.
 
     Immutable, compared field by field, picklable; ``msgspec.structs.replace(record, ...)``
-    copies one with changes. A msgspec struct rather than a frozen dataclass: a frozen
-    dataclass sets each of its 15 fields through ``object.__setattr__``: reading records
-    with the read function took a third less time once records were structs (145k to 210k
-    records/s, ``benchmarks/watch.py``'s baseline). The garbage collector does not track it
-    (it holds no reference back to itself): readers keep batches of records alive while a
+    copies one with changes. A msgspec struct rather than a frozen dataclass, which sets each
+    of its 15 fields through ``object.__setattr__``: reading records with the read function
+    took a third less time once records were structs (145k to 210k records/s,
+    ``benchmarks/watch.py``'s baseline). The garbage collector does not track records
+    (nothing in one refers back to it), though readers keep batches of them alive while a
     processor works.
     """
 
