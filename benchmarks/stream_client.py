@@ -288,9 +288,11 @@ def failover(
         with changestream.open(path) as db:
             table = db.leases(STREAM, "failover")
 
+            def partitions() -> list[changestream.Lease]:
+                return [r for r in table.list_leases() if r.status_type == PARTITION_LEASE]
+
             def owners() -> Counter[str | None]:
-                rows = table.list_leases()
-                return Counter(r.lease_owner for r in rows if r.status_type == PARTITION_LEASE)
+                return Counter(r.lease_owner for r in partitions())
 
             deadline = time.monotonic() + 120
             while not (owners()["a"] and owners()["b"] and len(processed(outs[:1])) > 500):
@@ -300,8 +302,8 @@ def failover(
             procs[0].send_signal(signal.SIGKILL)
             killed = time.monotonic()
             procs[0].wait()
-            held = {r.status_value for r in table.list_leases() if r.lease_owner == "a"}
-            while any(r.lease_owner == "a" for r in table.list_leases() if r.status_value in held):
+            held = {r.status_value for r in partitions() if r.lease_owner == "a"}
+            while any(r.lease_owner == "a" for r in partitions() if r.status_value in held):
                 time.sleep(0.01)
             moved = time.monotonic() - killed
         # What the killed worker processed after its last checkpoint of a partition may come

@@ -12,7 +12,7 @@ import logging
 import sqlite3
 import threading
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -35,7 +35,7 @@ from changestream.client import (
     ShutdownReason,
     StreamClient,
 )
-from changestream.client.lease_table import END, PARTITION_LEASE, describe_leases
+from changestream.client.lease_table import END, PARTITION_LEASE, WORKER, describe_leases
 from changestream.client.taker import LeaseTaker
 from changestream.embedded.database import store_of
 from tests.conftest import FixedClock
@@ -256,6 +256,77 @@ def test_taker_resumes_leases_that_are_already_its_own() -> None:
     taker = LeaseTaker("me", lease_timeout=10, max_steals_per_round=2)
     leases = [owned("a", "me"), owned("b", "me")]
     assert [r.status_value for r in taker.plan(leases, {"a"}, now=0.0).take] == ["b"]
+
+
+def worker(name: str, counter: int = 0) -> Lease:
+    return Lease(WORKER, name, lease_owner=name, lease_counter=counter)
+
+
+def test_taker_counts_registered_workers_that_hold_nothing_yet() -> None:
+    taker = LeaseTaker("me", lease_timeout=10, max_steals_per_round=2)
+    leases = [owned(f"p{i}", None) for i in range(8)]
+    # Counting owners only, the first worker to look takes all 8.
+    assert len(taker.plan(leases, set(), now=0.0).take) == 8
+    others = [worker("me"), worker("w2"), worker("w3"), worker("w4")]
+    assert len(LeaseTaker("me", 10, 2).plan(leases, set(), 0.0, others).take) == 2
+
+
+def test_a_worker_above_its_share_hands_the_surplus_to_those_below_it() -> None:
+    taker = LeaseTaker("me", lease_timeout=10, max_steals_per_round=2)
+    leases = [owned(f"m{i}", "me") for i in range(7)] + [owned("o0", "other")]
+    workers = [worker("me"), worker("other"), worker("new")]
+    running = {f"m{i}" for i in range(7)}
+    plan = taker.plan(leases, running, 0.0, workers)
+    # 8 leases over 3 workers: a share of 3. "other" needs 2, "new" 3, "me" gives 4.
+    given = Counter(receiver for _, receiver in plan.give)
+    assert given == {"new": 3, "other": 1} and plan.take == plan.steal == []
+    assert {lease.status_value for lease, _ in plan.give} <= running
+    # Once marked, they count for their receivers: nothing more is given.
+    receivers = dict((lease.status_value, to) for lease, to in plan.give)
+    marked = [dataclasses.replace(r, lease_stealer=receivers.get(r.status_value)) for r in leases]
+    assert taker.plan(marked, running, 1.0, workers).give == []
+    # Without a row for "new", "me" knows only "other" (by its lease): a share of 4.
+    alone = taker.plan(leases, running, 2.0, [worker("me")])
+    assert Counter(receiver for _, receiver in alone.give) == {"other": 3}
+
+
+def test_a_registered_worker_gets_rounds_to_give_before_it_is_stolen_from() -> None:
+    taker = LeaseTaker("me", lease_timeout=10, max_steals_per_round=2)
+    leases = [owned(f"x{i}", "x") for i in range(8)]
+    workers = [worker("me"), worker("x")]
+    # It gets two take intervals (a third of the lease timeout each) to hand them over.
+    for now in (0.0, 6.0):
+        plan = taker.plan(leases, set(), now, workers)
+        assert plan.steal == [] and plan.expecting
+    assert len(taker.plan(leases, set(), 7.0, workers).steal) == 2
+    # A worker without a row never gives: it is stolen from at once.
+    assert len(LeaseTaker("me", 10, 2).plan(leases, set(), 0.0, [worker("me")]).steal) == 2
+
+
+def test_own_requests_to_steal_do_not_keep_a_silent_owner_alive() -> None:
+    taker = LeaseTaker("me", lease_timeout=10, max_steals_per_round=2)
+    leases = [owned(token, "dead", counter=7) for token in "abcd"]
+    assert [r.status_value for r in taker.plan(leases, set(), now=0.0).steal] == ["a", "b"]
+    # This worker marks two (their counters move by its own writes).
+    marked = [dataclasses.replace(r, lease_stealer="me", lease_counter=8) for r in leases[:2]]
+    for row in marked:
+        taker.wrote(row)
+    marked += leases[2:]
+    assert taker.plan(marked, set(), now=9.0).take == []
+    taken = taker.plan(marked, set(), now=10.5).take
+    assert sorted(r.status_value for r in taken) == ["a", "b", "c", "d"]
+    # Written by somebody else, the same move would have restarted the timeout.
+    other = LeaseTaker("me", lease_timeout=10, max_steals_per_round=2)
+    other.plan(leases, set(), now=0.0)
+    assert other.plan(marked, set(), now=10.5).take == []
+
+
+def test_silent_workers_rows_are_removed_after_the_timeout_but_never_ones_own() -> None:
+    taker = LeaseTaker("me", lease_timeout=10, max_steals_per_round=2)
+    rows = [worker("me", 1), worker("gone", 5), worker("alive", 3)]
+    assert taker.plan([], set(), 0.0, rows).gone == []
+    later = [worker("me", 1), worker("gone", 5), worker("alive", 4)]
+    assert [w.status_value for w in taker.plan([], set(), 10.5, later).gone] == ["gone"]
 
 
 # --- processing -----------------------------------------------------------------------------

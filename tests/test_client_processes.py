@@ -24,7 +24,7 @@ import orjson
 import pytest
 
 import changestream
-from changestream.client.lease_table import PARTITION_LEASE, ready_leases
+from changestream.client.lease_table import PARTITION_LEASE, WORKER, ready_leases
 from changestream.streams.positions import Position
 
 pytestmark = pytest.mark.timeout(240)
@@ -169,8 +169,17 @@ def owners(path: str) -> Counter[str]:
 
 
 def leases_of(path: str) -> list[changestream.Lease]:
+    """The partition leases (not the group's other rows)."""
     with changestream.open(path) as db:
-        return db.leases(STREAM, "default").list_leases()
+        rows = db.leases(STREAM, "default").list_leases()
+    return [r for r in rows if r.status_type == PARTITION_LEASE]
+
+
+def workers_of(path: str) -> set[str]:
+    """The workers with a ``Worker`` row."""
+    with changestream.open(path) as db:
+        rows = db.leases(STREAM, "default").list_leases()
+    return {r.status_value for r in rows if r.status_type == WORKER}
 
 
 def test_workers_fail_over_rebalance_and_deliver_every_mod_in_key_order(cluster: Cluster) -> None:
@@ -252,6 +261,27 @@ def test_workers_fail_over_rebalance_and_deliver_every_mod_in_key_order(cluster:
     check_delivery(cluster, committed, killed="w1")
     # A clean stop releases every lease and leaves each partition checkpointed.
     assert all(r.lease_owner is None for r in leases_of(cluster.path))
+
+
+def test_a_joining_worker_gets_its_share_handed_over_at_once_and_nothing_comes_back(
+    cluster: Cluster,
+) -> None:
+    cluster.spawn("w1")
+    wait_for("w1 to hold every lease", lambda: owners(cluster.path) == {"w1": 8})
+    cluster.spawn("w2")
+    wait_for("w2 to sign in", lambda: workers_of(cluster.path) == {"w1", "w2"})
+    wait_for("the leases to split", lambda: owners(cluster.path) == {"w1": 4, "w2": 4})
+    # Two more of each worker's rounds: nothing moves again.
+    time.sleep(2 * LEASE_TIMEOUT / 3 + 0.5)
+    assert owners(cluster.path) == {"w1": 4, "w2": 4}
+    cluster.stop_all()
+    w1_log, w2_log = ((cluster.tmp / f"{w}.log").read_text() for w in ("w1", "w2"))
+    # w1 saw w2's row and handed over its surplus in one round; w2 stole none of it (it
+    # gives a registered worker rounds to do so) and gave nothing back.
+    assert w1_log.count("w1 offers w2 partition") == 4, w1_log
+    assert "w2 asks" not in w2_log and "handed w1" not in w2_log, w2_log
+    # A stopped worker signs off; the group keeps no row of it.
+    assert workers_of(cluster.path) == set()
 
 
 def check_delivery(cluster: Cluster, committed: set[tuple[int, int]], killed: str) -> None:

@@ -19,11 +19,13 @@ from changestream.client.lease_table import (
     PARTITION_LEASE,
     START,
     STREAM_STATUS,
+    WORKER,
     collectable,
     partition_leases,
     start_position,
+    worker_rows,
 )
-from changestream.client.taker import LeaseTaker
+from changestream.client.taker import LeaseTaker, Plan
 from changestream.clock import now_us
 from changestream.store.models import Lease
 from changestream.streams.positions import Position
@@ -33,6 +35,9 @@ from changestream.streams.roles import LeaseTableLike, StreamClientDatabase
 log = logging.getLogger("changestream.client")
 
 _START_KEY = (STREAM_STATUS, START)
+#: How often a worker looks for leases while its group forms, or while leases should come to
+#: it (being handed over, or held by a worker above its share).
+_SETTLING_POLL_S = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +119,13 @@ class LeaseCoordinator:
         )
         self._held: dict[str, HeldLease] = {}
         self._lock = threading.Lock()
+        #: This worker's ``Worker`` row as last written (None until registered).
+        self._worker: Lease | None = None
+        self._worker_lock = threading.Lock()
+        self._leaving = False
+        #: The group's workers at the last round, and until when it is forming.
+        self._workers_seen: frozenset[str] | None = None
+        self._settling_until = 0.0
 
     def held(self) -> list[HeldLease]:
         with self._lock:
@@ -127,9 +139,12 @@ class LeaseCoordinator:
 
     # -- discovery, taking and stealing ---------------------------------------------------
 
-    def take_round(self) -> None:
+    def take_round(self) -> float:
         """One round: discover the initial partitions if needed, collect finished leases,
-        then take and steal per :class:`LeaseTaker`."""
+        then take and steal per :class:`LeaseTaker`. Returns the seconds until the next
+        round (see :meth:`_pause`)."""
+        if self._worker is None and not self._leaving:
+            self.beat()
         rows = self._table.list_leases()
         status = next((r for r in rows if (r.status_type, r.status_value) == _START_KEY), None)
         if status is None or status.checkpoint != DISCOVERED:
@@ -140,11 +155,18 @@ class LeaseCoordinator:
             self._table.delete(lease)
         with self._lock:
             running = set(self._held)
-        plan = self._taker.plan(leases, running, time.monotonic())
+        plan = self._taker.plan(leases, running, time.monotonic(), worker_rows(rows))
+        for row in plan.gone:
+            if self._table.delete(row):
+                log.info(
+                    "%s removed worker %s, silent for the lease timeout", self._me, row.status_value
+                )
+        raced = False
         for lease in plan.take:
             started = time.monotonic()
             taken = self._table.update(replace(lease, lease_owner=self._me, lease_stealer=None))
             if taken is None:
+                raced = True
                 continue
             previous = lease.lease_owner
             if previous is None:
@@ -157,11 +179,75 @@ class LeaseCoordinator:
             with self._lock:
                 self._held[held.token] = held
             self._on_take(held)
+        for lease, receiver in plan.give:
+            self._give(lease.status_value, receiver)
         for lease in plan.steal:
-            if self._table.update(replace(lease, lease_stealer=self._me)) is not None:
+            marked = self._table.update(replace(lease, lease_stealer=self._me))
+            if marked is not None:
+                self._taker.wrote(marked)
                 log.info(
                     "%s asks %s for partition %s", self._me, lease.lease_owner, lease.status_value
                 )
+        return self._pause(plan, leases, rows, raced)
+
+    def _pause(self, plan: Plan, leases: list[Lease], rows: list[Lease], raced: bool) -> float:
+        """Seconds to the next round: short while the group forms (its workers changed
+        within the lease timeout: leases are taken in races and handed around), while this
+        worker lost a race, or while leases should come to it; else the take interval."""
+        now = time.monotonic()
+        workers = frozenset(w.status_value for w in worker_rows(rows))
+        if workers != self._workers_seen:
+            self._workers_seen = workers
+            self._settling_until = now + self._config.lease_timeout
+        incoming = plan.expecting or any(r.lease_stealer == self._me for r in leases)
+        if raced or incoming or now < self._settling_until:
+            return min(_SETTLING_POLL_S, self._config.take_interval)
+        return self._config.take_interval
+
+    def _give(self, token: str, receiver: str) -> None:
+        """Mark a lease this worker runs for ``receiver``: its consumer hands it over after
+        its current batch, as it does for a worker that asked to steal it."""
+        with self._lock:
+            held = self._held.get(token)
+        if held is None:
+            return
+        with held.lock:
+            if not held.active or held.stealer is not None:
+                return
+            if self._change(
+                held, lambda row: replace(row, lease_stealer=row.lease_stealer or receiver)
+            ):
+                log.info("%s offers %s partition %s", self._me, receiver, token)
+
+    def leave(self) -> None:
+        """The worker is stopping: remove its ``Worker`` row, so the others stop counting it
+        (and handing it leases) while it hands its own leases over."""
+        with self._worker_lock:
+            row, self._worker = self._worker, None
+            self._leaving = True
+        if row is not None:
+            current = self._table.get(WORKER, self._me)
+            if current is not None:
+                self._table.delete(current)
+
+    def beat(self) -> None:
+        """Write this worker's ``Worker`` row, bumping its counter: the other workers of the
+        group count it while the counter moves. Inserted again when it is gone (removed by
+        another worker after a long stall)."""
+        with self._worker_lock:
+            if self._leaving:
+                return
+            row = self._worker
+            if row is not None:
+                self._worker = self._table.update(row)
+                if self._worker is not None:
+                    return
+            current = self._table.get(WORKER, self._me)
+            if current is None:
+                self._table.insert_if_absent(Lease(WORKER, self._me, lease_owner=self._me))
+                current = self._table.get(WORKER, self._me)
+            # Another process with this id, or one before a restart: the row is this one's now.
+            self._worker = None if current is None else self._table.update(current)
 
     def _discover(self, status: Lease | None) -> None:
         """Give the partitions live at the group's start a lease each, once per group.
@@ -235,8 +321,9 @@ class LeaseCoordinator:
         return False
 
     def renew_all(self) -> None:
-        """Renew every held lease; an idle partition's heartbeat progress rides along when
-        every processed record is already checkpointed (so lag stays visible)."""
+        """Renew every held lease and this worker's ``Worker`` row; an idle partition's
+        heartbeat progress rides along when every processed record is already checkpointed
+        (so lag stays visible)."""
         for held in self.held():
             with held.lock:
                 if not held.active:
@@ -245,6 +332,7 @@ class LeaseCoordinator:
                     self._checkpoint(held, held.processed)
                 else:
                     self._change(held, lambda row: row)
+        self.beat()
 
     def checkpoint(self, held: HeldLease, position: Position) -> bool:
         """Record ``position`` in the lease; False when the lease was lost."""

@@ -215,19 +215,21 @@ class StreamClient:
 
     def _take_loop(self) -> None:
         while not self._stopping.is_set():
+            pause = self._config.take_interval
             try:
-                self._coordinator.take_round()
+                pause = self._coordinator.take_round()
             except DatabaseBusy as exc:
                 log.warning("worker %s could not look for leases: %s", self.worker_id, exc)
             except Exception as exc:
                 self._fail(exc)
                 return
-            self._stopping.wait(self._config.take_interval)
+            self._stopping.wait(pause)
 
     def _renew_loop(self) -> None:
         """Renew until stopping and every consumer has given its lease up, then clean up."""
         interval = self._config.renew_interval
         next_renewal = time.monotonic()
+        leaving = False
         while True:
             if time.monotonic() >= next_renewal:
                 next_renewal = time.monotonic() + interval
@@ -238,6 +240,12 @@ class StreamClient:
                 except Exception as exc:
                     self._fail(exc)
             if self._stopping.is_set():
+                if not leaving:
+                    leaving = True
+                    try:
+                        self._coordinator.leave()
+                    except ChangeStreamError as exc:
+                        log.warning("worker %s could not sign off: %s", self.worker_id, exc)
                 if not self._coordinator.held():
                     break
                 time.sleep(0.05)

@@ -1,10 +1,12 @@
 """What the Stream Client keeps in a consumer group's lease rows, and how to read them back.
 
-Two kinds of rows (``StatusType``): one ``Stream`` row per group recording where the group
-started reading and whether the partitions live then have leases yet, and one
-``PartitionLease`` row per partition, keyed by its token (``StatusValue``). A lease's
-``Checkpoint`` is empty before anything was checkpointed, a :class:`Position` in text form
-while the partition is read, and ``END`` once it was read to its end.
+Three kinds of rows (``StatusType``): one ``Stream`` row per group recording where the group
+started reading and whether the partitions live then have leases yet, one ``PartitionLease``
+row per partition, keyed by its token (``StatusValue``), and one ``Worker`` row per running
+worker, keyed by its id and owned by it, whose counter its renewals bump (so the others can
+count the workers of the group). A lease's ``Checkpoint`` is empty before anything was
+checkpointed, a :class:`Position` in text form while the partition is read, and ``END`` once
+it was read to its end.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from changestream.streams.positions import Position
 
 PARTITION_LEASE = "PartitionLease"
 STREAM_STATUS = "Stream"
+WORKER = "Worker"
 #: ``StatusValue`` of the group's ``Stream`` row.
 START = "start"
 #: ``Checkpoint`` of the ``Stream`` row once the initial partitions have leases.
@@ -42,6 +45,10 @@ def checkpoint_of(lease: Lease) -> Position | None:
 
 def partition_leases(rows: Iterable[Lease]) -> list[Lease]:
     return [r for r in rows if r.status_type == PARTITION_LEASE]
+
+
+def worker_rows(rows: Iterable[Lease]) -> list[Lease]:
+    return [r for r in rows if r.status_type == WORKER]
 
 
 def ready_leases(leases: list[Lease]) -> list[Lease]:
