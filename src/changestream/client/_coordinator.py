@@ -193,12 +193,14 @@ class LeaseCoordinator:
     def _pause(self, plan: Plan, leases: list[Lease], rows: list[Lease], raced: bool) -> float:
         """Seconds to the next round: short while the group forms (its workers changed
         within the lease timeout: leases are taken in races and handed around), while this
-        worker lost a race, or while leases should come to it; else the take interval."""
+        worker lost a race, or while leases should come to it; else the take interval. A
+        worker alone in its group has nobody to trade with: it keeps the interval."""
         now = time.monotonic()
         workers = frozenset(w.status_value for w in worker_rows(rows))
         if workers != self._workers_seen:
             self._workers_seen = workers
-            self._settling_until = now + self._config.lease_timeout
+            if workers - {self._me}:
+                self._settling_until = now + self._config.lease_timeout
         incoming = plan.expecting or any(r.lease_stealer == self._me for r in leases)
         if raced or incoming or now < self._settling_until:
             return min(_SETTLING_POLL_S, self._config.take_interval)
