@@ -15,7 +15,10 @@ import pytest
 
 import changestream
 from changestream import DataChangeRecord
+from changestream.ddl.defaults import parse_default
+from changestream.ddl.literals import default_literal
 from changestream.embedded.database import store_of
+from changestream.types import ColumnType
 from tests.conftest import OpenDb
 
 TABLE = (
@@ -169,3 +172,39 @@ def test_a_default_that_does_not_fit_is_refused_and_changes_nothing(
         )
     assert message in str(caught.value)
     assert [t.name for t in database.tables()] == ["T"]
+
+
+def test_a_bytes_default_is_its_bytes_escaped_or_not() -> None:
+    blob = ColumnType("BYTES")
+    assert parse_default(r"b'\xff\x00'", blob, "B").value == b"\xff\x00"
+    assert parse_default("b'é'", blob, "B").value == "é".encode()
+
+
+@pytest.mark.parametrize(
+    ("ctype", "value"),
+    [
+        (ColumnType("INT64"), -7),
+        (ColumnType("FLOAT64"), 2.5e-8),
+        (ColumnType("FLOAT64"), float("nan")),
+        (ColumnType("FLOAT64"), float("-inf")),
+        (ColumnType("NUMERIC"), decimal.Decimal("-1.250")),
+        (ColumnType("STRING"), "it's a \\ \n ✓"),
+        (ColumnType("BOOL"), False),
+        (ColumnType("DATE"), dt.date(2024, 2, 29)),
+        (ColumnType("TIMESTAMP"), dt.datetime(2024, 5, 1, 9, 0, 0, 250000, tzinfo=dt.UTC)),
+        (ColumnType("JSON"), {"k": [1, None, "x'y"]}),
+        (ColumnType("BYTES"), b"\x00\xff'\\"),
+        (ColumnType("ARRAY", element=ColumnType("STRING")), ["a", None, "b c"]),
+        (ColumnType("STRING"), None),
+    ],
+)
+def test_a_value_has_a_literal_that_a_default_reads_back(ctype: ColumnType, value: Any) -> None:
+    literal = default_literal(value, ctype)
+    assert literal is not None
+    read = parse_default(literal, ctype, "C").value
+    assert read == value or (read != read and value != value)  # NaN is NaN
+
+
+def test_a_value_the_type_does_not_take_has_no_literal() -> None:
+    assert default_literal("x", ColumnType("INT64")) is None
+    assert default_literal(2**64, ColumnType("INT64")) is None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import logging
 import random
 import signal
 import threading
@@ -447,6 +448,64 @@ def test_columns_dropped_and_added_in_the_source_are_followed(source_dsn: str, d
     assert _mirror_rows(db, "public_accounts", columns) == _source_rows(
         source_dsn, "accounts", columns
     )
+
+
+def test_columns_added_with_a_default_read_it_in_the_mirror_rows_that_had_them(
+    source_dsn: str, db: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    _execute(
+        source_dsn,
+        "INSERT INTO accounts (id, owner) VALUES (1, 'ana'), (2, 'bo')",
+    )
+    add_source(db, "Bank", postgres=source_dsn)
+    run_source(db, "Bank", until_caught_up=True)
+    # PostgreSQL fills the existing rows without a change per row (a "fast default"); a
+    # volatile default rewrites the table instead, which logical decoding does not send.
+    _execute(
+        source_dsn,
+        "ALTER TABLE accounts ADD COLUMN status text DEFAULT 'it''s open'",
+        "ALTER TABLE accounts ADD COLUMN score int DEFAULT -7",
+        "ALTER TABLE accounts ADD COLUMN since date DEFAULT '2024-01-02'",
+        "ALTER TABLE accounts ADD COLUMN rate numeric(6,3) DEFAULT 1.5",
+        "ALTER TABLE accounts ADD COLUMN stamp timestamptz DEFAULT '2024-05-01 09:00:00.25+02'",
+        "ALTER TABLE accounts ADD COLUMN labels text[] DEFAULT '{a,\"b c\"}'",
+        "ALTER TABLE accounts ADD COLUMN extra jsonb DEFAULT '{\"k\": [1, null]}'",
+        "ALTER TABLE accounts ADD COLUMN raw bytea DEFAULT '\\x00ff'",
+        "ALTER TABLE accounts ADD COLUMN plain text",
+        "INSERT INTO accounts (id, owner, status, score) VALUES (3, 'cy', 'closed', 1)",
+        "UPDATE accounts SET score = 5 WHERE id = 2",
+    )
+    run_source(db, "Bank", until_caught_up=True)
+    columns = ["id", "status", "score", "since", "rate", "stamp", "labels", "extra", "raw", "plain"]
+    mirrored = _mirror_rows(db, "public_accounts", columns)
+    assert mirrored == _source_rows(source_dsn, "accounts", columns)
+    assert mirrored[0] == (
+        1,
+        "it's open",
+        -7,
+        dt.date(2024, 1, 2),
+        decimal.Decimal("1.5"),
+        dt.datetime(2024, 5, 1, 7, 0, 0, 250000, tzinfo=dt.UTC),
+        ["a", "b c"],
+        {"k": [1, None]},
+        b"\x00\xff",
+        None,
+    )
+    _execute(
+        source_dsn,
+        "ALTER TABLE accounts ADD COLUMN drawn double precision DEFAULT random()",
+        "INSERT INTO accounts (id, owner, drawn) VALUES (4, 'di', 0.5)",
+    )
+    with caplog.at_level(logging.WARNING, logger="changestream.sources"):
+        run_source(db, "Bank", until_caught_up=True)
+    assert _mirror_rows(db, "public_accounts", ["id", "drawn"]) == [
+        (1, None),
+        (2, None),
+        (3, None),
+        (4, 0.5),
+    ]
+    (warning,) = [r.getMessage() for r in caplog.records if "column drawn" in r.getMessage()]
+    assert "volatile default" in warning and "read NULL" in warning
 
 
 def test_an_unchanged_toasted_value_left_out_of_an_update_keeps_its_mirror_value(

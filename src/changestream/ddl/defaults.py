@@ -98,7 +98,9 @@ def _constant(node: exp.Expr, ctype: ColumnType) -> Any:
         return _typed_text(node.this, code)
     if isinstance(node, exp.ByteString | exp.RawString):
         text = str(node.this)
-        return text.encode() if isinstance(node, exp.ByteString) else text
+        # sqlglot reads a bytes literal's bytes as Latin-1 characters (b'\xff' is "ÿ", b'é'
+        # the two characters of its UTF-8 bytes): encoding them back gives those bytes.
+        return text.encode("latin-1") if isinstance(node, exp.ByteString) else text
     if isinstance(node, exp.ParseJSON) and isinstance(node.this, exp.Literal):
         return _json(node.this.this)
     if isinstance(node, exp.Cast) and isinstance(node.this, exp.Literal | exp.Array):

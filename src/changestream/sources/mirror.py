@@ -7,10 +7,12 @@ values; how a source encodes rows stays with its connector."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
+from changestream.ddl.literals import default_literal
 from changestream.errors import FailedPrecondition
 from changestream.sources.definition import (
     POSITION_KIND,
@@ -26,6 +28,8 @@ from changestream.types import ColumnType
 if TYPE_CHECKING:
     from changestream.embedded import EmbeddedDatabase
     from changestream.store.transaction import Transaction
+
+log = logging.getLogger(__name__)
 
 Operation = Literal["insert", "update", "delete", "truncate"]
 
@@ -84,15 +88,23 @@ class Mirror:
         return self._tables[source]
 
     def follow_columns(
-        self, source: str, columns: Sequence[str], type_of: Callable[[str], ColumnType]
+        self,
+        source: str,
+        columns: Sequence[str],
+        type_of: Callable[[str], ColumnType],
+        existing: Callable[[str, ColumnType], Any] | None = None,
     ) -> None:
         """Make the mirror of ``source`` have exactly ``columns``, the ones the source's
         changes now carry: add the new ones (``type_of`` tells their type), drop the ones the
-        source dropped."""
+        source dropped. ``existing(name, type)`` tells the value the source's existing rows
+        read in an added column (its ``ADD COLUMN ... DEFAULT``, which the source applies
+        without sending a change per row); the mirror's rows then read it too."""
         table = self._tables[source]
         for name in columns:
             if name not in table.columns:
-                self._add_column(source, name, type_of(name))
+                ctype = type_of(name)
+                value = None if existing is None else existing(name, ctype)
+                self._add_column(source, name, ctype, value)
         for name in [c for c in self._tables[source].columns if c not in columns]:
             if name in table.primary_key:
                 raise FailedPrecondition(
@@ -108,11 +120,26 @@ class Mirror:
                 types=tuple(table.types[i] for i in kept),
             )
 
-    def _add_column(self, source: str, name: str, ctype: ColumnType) -> None:
+    def _add_column(self, source: str, name: str, ctype: ColumnType, value: Any = None) -> None:
         table = self._tables[source]
         if name in table.columns:
             return
-        self._db.execute_ddl(f"ALTER TABLE {table.mirror} ADD COLUMN {name} {ctype}")
+        default = ""
+        if value is not None:
+            literal = default_literal(value, ctype)
+            if literal is None:
+                log.warning(
+                    "source table %s: the rows it had when column %s was added read %r, which "
+                    "the mirror %s cannot take as a default; they read NULL there until they "
+                    "change",
+                    source,
+                    name,
+                    value,
+                    table.mirror,
+                )
+            else:
+                default = f" DEFAULT ({literal})"
+        self._db.execute_ddl(f"ALTER TABLE {table.mirror} ADD COLUMN {name} {ctype}{default}")
         self._tables[source] = replace(
             table, columns=(*table.columns, name), types=(*table.types, ctype)
         )

@@ -3,6 +3,7 @@ the tables it mirrors."""
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -13,6 +14,8 @@ from changestream.retry import retrying
 from changestream.sources.definition import MirroredTable
 from changestream.sources.pg_types import PgColumn, column_type
 from changestream.types import ColumnType
+
+log = logging.getLogger(__name__)
 
 #: Every session a source opens reads and writes times in UTC.
 SESSION_OPTIONS = "-c TimeZone=UTC -c bytea_output=hex -c DateStyle=ISO"
@@ -166,6 +169,38 @@ def type_of(conn: Any, type_oid: int, column: str, table: str) -> ColumnType:
     if row is None:
         raise InvalidArgument(f"column {column!r} of {table} has an unknown type (oid {type_oid})")
     return column_type(PgColumn(column, row[0], row[1], row[2], row[3]), table)
+
+
+def existing_rows_value(conn: Any, table: str, column: str) -> str | None:
+    """The text form of what the rows source table ``schema.table`` had when ``column`` was
+    added read in it: PostgreSQL (11+) keeps an ``ADD COLUMN ... DEFAULT`` of a non-volatile
+    default as the column's missing value instead of rewriting the table, and logical
+    decoding sends no change for those rows. None when there is none: no default, or a
+    volatile one each row got in a rewrite (which decoding does not send either)."""
+    schema, _, name = table.partition(".")
+    with conn.cursor() as cur:
+        # The missing value is a one-element array of the column's type; read as text[], its
+        # element is the value's text form (in this session's UTC and hex settings).
+        cur.execute(
+            "SELECT a.atthasmissing, a.atthasdef, (a.attmissingval::text::text[])[1] "
+            "FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = %s AND c.relname = %s AND a.attname = %s AND NOT a.attisdropped",
+            (schema, name, column),
+        )
+        found = cur.fetchone()
+    if found is None:
+        return None
+    has_missing, has_default, text = found
+    if has_default and not has_missing:
+        log.warning(
+            "source table %s: column %s came with a default PostgreSQL gave the existing rows "
+            "by rewriting the table (a volatile default such as random()), which logical "
+            "decoding does not send: in the mirror those rows read NULL in it until they change",
+            table,
+            column,
+        )
+    return cast(str | None, text) if has_missing else None
 
 
 def ensure_publication(conn: Any, publication: str, tables: tuple[str, ...]) -> None:

@@ -35,6 +35,7 @@ from changestream.sources.pgoutput import (
     parse_lsn,
 )
 from changestream.sources.summary import Progress, RunSummary
+from changestream.types import ColumnType
 
 if TYPE_CHECKING:
     from changestream.embedded import EmbeddedDatabase
@@ -255,9 +256,15 @@ class PostgresConnector(Connector):
         the same ones."""
         source = f"{relation.schema}.{relation.table}"
         oids = {c.name: c.type_oid for c in relation.columns}
+
+        def existing(name: str, ctype: ColumnType) -> Any:
+            text = pg_catalog.existing_rows_value(conn, source, name)
+            return None if text is None else parser(ctype)(text)
+
         self._mirror.follow_columns(
             source,
             [c.name for c in relation.columns],
             lambda name: pg_catalog.type_of(conn, oids[name], name, source),
+            existing,
         )
         self._shapes.relation(relation, self._mirror.table(source))
