@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import logging
 import random
 import signal
 import threading
@@ -225,6 +226,55 @@ def test_a_random_workload_with_columns_added_and_dropped_leaves_the_mirror_equa
     transactions = captured_transactions(db, "Bank")
     assert len(transactions) == len(set(transactions)) == 120
     assert _in_order(transactions)
+
+
+def test_columns_added_with_a_default_read_it_in_the_mirror_rows_that_had_them(
+    source_dsn: str, db: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    _execute(source_dsn, "INSERT INTO accounts (id, owner) VALUES (1, 'ana'), (2, 'bo')")
+    add_source(db, "Bank", mysql=source_dsn)
+    run_source(db, "Bank", until_caught_up=True)
+    # Changed while the connector is stopped; the server fills the existing rows without a
+    # binlog row event for them.
+    _execute(
+        source_dsn,
+        "ALTER TABLE accounts ADD COLUMN status varchar(20) DEFAULT 'it''s open'",
+        "ALTER TABLE accounts ADD COLUMN score int DEFAULT -7",
+        "ALTER TABLE accounts ADD COLUMN since date DEFAULT '2024-01-02'",
+        "ALTER TABLE accounts ADD COLUMN rate decimal(6,3) DEFAULT 1.5",
+        "ALTER TABLE accounts ADD COLUMN grade enum('x','y') DEFAULT 'y'",
+        "ALTER TABLE accounts ADD COLUMN plain varchar(5)",
+        "ALTER TABLE accounts ADD COLUMN nothing int DEFAULT NULL",
+        "INSERT INTO accounts (id, owner, status, score) VALUES (3, 'cy', 'closed', 1)",
+        "UPDATE accounts SET score = 5 WHERE id = 2",
+    )
+    run_source(db, "Bank", until_caught_up=True)
+    columns = ["id", "status", "score", "since", "rate", "grade", "plain", "nothing"]
+    mirrored = _mirror_rows(db, _database(source_dsn), columns)
+    assert mirrored == _source_rows(source_dsn, columns)
+    assert mirrored[0] == (
+        1,
+        "it's open",
+        -7,
+        dt.date(2024, 1, 2),
+        decimal.Decimal("1.5"),
+        "y",
+        None,
+        None,
+    )
+    # An expression gives each row its own value: the mirror's old rows read NULL, and a
+    # warning says so.
+    _execute(
+        source_dsn,
+        "ALTER TABLE accounts ADD COLUMN drawn double DEFAULT (rand())",
+        "INSERT INTO accounts (id, owner, drawn) VALUES (4, 'di', 0.5)",
+    )
+    with caplog.at_level(logging.WARNING, logger="changestream.sources"):
+        run_source(db, "Bank", until_caught_up=True)
+    drawn = _mirror_rows(db, _database(source_dsn), ["id", "drawn"])
+    assert drawn == [(1, None), (2, None), (3, None), (4, 0.5)]
+    (warning,) = [r.getMessage() for r in caplog.records if "column drawn" in r.getMessage()]
+    assert "rand()" in warning and "read NULL" in warning
 
 
 def test_a_connector_killed_again_and_again_loses_and_repeats_nothing(

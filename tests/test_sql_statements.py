@@ -399,6 +399,13 @@ def test_select_with_named_parameters(conn: sqlite3.Connection) -> None:
     assert run(conn, query) == [(1, "Marc"), (3, "Alice")]
 
 
+def test_names_googlesql_allows_but_sqlite_reserves_are_quoted(conn: sqlite3.Connection) -> None:
+    conn.execute('CREATE TABLE Log (K INTEGER PRIMARY KEY, "index" TEXT, "nothing" INTEGER)')
+    conn.execute("INSERT INTO Log VALUES (1, 'a', 2), (2, 'b', 3)")
+    query = select("SELECT `index`, nothing FROM Log AS transaction WHERE nothing > @n", {"n": 2})
+    assert run(conn, query) == [("b", 3)]
+
+
 def test_parameters_are_numbered_in_text_order(conn: sqlite3.Connection) -> None:
     # sqlglot walks the tree breadth-first, which would put @ids before @name.
     query = select(

@@ -33,6 +33,7 @@ from changestream.sources.mysql_types import (
 )
 from changestream.sources.row_parsers import RowParser, row_parser
 from changestream.sources.summary import Progress, RunSummary
+from changestream.types import ColumnType
 
 if TYPE_CHECKING:
     from changestream.embedded import EmbeddedDatabase
@@ -71,10 +72,16 @@ class MySqlConnector(Connector):
             described = [
                 mysql_catalog.describe(conn, t, definition.mirror(t)) for t in definition.tables
             ]
+            copied = self._position is not None and self._position.state == "streaming"
             for table in described:
                 self._mirror.add_table(table)
-                self._learn(table.source, mysql_catalog.columns(conn, table.source))
-            copied = self._position is not None and self._position.state == "streaming"
+                columns = mysql_catalog.columns(conn, table.source)
+                if copied:
+                    # The shape the mirror follows: columns added or dropped while the
+                    # connector was stopped are followed when the binlog's rows bring them.
+                    mirrored = self._mirror.table(table.source).columns
+                    columns = [c for c in columns if c.name in mirrored]
+                self._learn(table.source, columns)
             if not copied and not self._copy(described, stop):
                 return self.summary  # stopped mid-copy: the next run resumes it
             target = mysql_catalog.binlog_position(conn) if until_caught_up else None
@@ -282,7 +289,15 @@ class MySqlConnector(Connector):
             described = {}
         columns = [described.get(str(c.name)) or _binlog_column(c) for c in event_columns]
         types = {c.name: column_type(c, source) for c in columns}
-        self._mirror.follow_columns(source, list(types), types.__getitem__)
+        by_name = {c.name: c for c in columns}
+
+        def existing(name: str, _: ColumnType) -> Any:
+            if name not in described:
+                return None  # dropped again since: the server no longer says
+            value = mysql_catalog.existing_rows_value(conn, source, name)
+            return None if value is None else converter(by_name[name])(value)
+
+        self._mirror.follow_columns(source, list(types), types.__getitem__, existing)
         self._learn(source, columns)
 
 

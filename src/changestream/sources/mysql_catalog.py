@@ -6,6 +6,7 @@ local socket); ``database`` holds the tables named without one."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, cast
@@ -15,6 +16,8 @@ from changestream.errors import FailedPrecondition, InvalidArgument, NotFound, U
 from changestream.retry import retrying
 from changestream.sources.definition import MirroredTable
 from changestream.sources.mysql_types import MySqlColumn, column_type
+
+log = logging.getLogger(__name__)
 
 CONNECT_ATTEMPTS = 5
 
@@ -172,6 +175,53 @@ def columns(conn: Any, table: str) -> list[MySqlColumn]:
                 if text.lower().startswith("json_valid(`") and text.endswith("`)"):
                     json_columns.add(text[len("json_valid(`") : -2])
     return [MySqlColumn(str(n), str(d), str(t), str(n) in json_columns) for n, d, t in rows]
+
+
+def existing_rows_value(conn: Any, table: str, column: str) -> Any:
+    """What the rows source table ``database.table`` had when ``column`` was added read in it
+    (as a SELECT gives it): the column's constant DEFAULT, which the server applies to them
+    without a binlog row event. None for no default, a NULL one, or an expression (each row
+    may have its own value, which the binlog does not carry either: a warning says so)."""
+    database, _, name = table.partition(".")
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT column_default, extra FROM information_schema.columns "
+            "WHERE table_schema = %s AND table_name = %s AND column_name = %s",
+            (database, name, column),
+        )
+        found = cur.fetchone()
+        if found is None or found[0] is None:
+            return None
+        default, extra = str(found[0]), str(found[1] or "")
+        if is_mariadb(conn):
+            # MariaDB shows a constant as its literal (quoted when a string) and an expression
+            # as its text; NULL as NULL.
+            if default == "NULL":
+                return None
+            constant = default.startswith("'") or _is_number(default)
+        else:
+            constant = "DEFAULT_GENERATED" not in extra.upper()
+        if not constant:
+            log.warning(
+                "source table %s: column %s came with the default %s, which the server gave "
+                "the existing rows without binlog row events: in the mirror those rows read "
+                "NULL in it until they change",
+                table,
+                column,
+                default,
+            )
+            return None
+        cur.execute(f"SELECT DEFAULT(`{column}`) FROM `{database}`.`{name}` LIMIT 1")
+        row = cur.fetchone()
+    return None if row is None else row[0]
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def describe(conn: Any, table: str, mirror: str) -> MirroredTable:

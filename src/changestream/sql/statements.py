@@ -485,8 +485,26 @@ def _bind(
     return values
 
 
+#: SQLite keywords that are never identifiers there unquoted, though GoogleSQL takes some of
+#: them as column and table names (``index``, ``nothing``, ``transaction``, ``add``...).
+# fmt: off
+_SQLITE_RESERVED = frozenset({
+    "add", "all", "alter", "and", "as", "autoincrement", "between", "case", "check", "collate",
+    "commit", "constraint", "create", "default", "deferrable", "delete", "distinct", "drop",
+    "else", "escape", "except", "exists", "foreign", "from", "group", "having", "in", "index",
+    "insert", "intersect", "into", "is", "isnull", "join", "limit", "not", "nothing", "notnull",
+    "null", "on", "or", "order", "primary", "raise", "references", "returning", "select", "set",
+    "table", "then", "to", "transaction", "union", "unique", "update", "using", "values", "when",
+    "where",
+})
+# fmt: on
+
+
 def _render(tree: exp.Expr, values: Sequence[Any]) -> tuple[str, tuple[Any, ...]]:
     """SQLite text for ``tree`` with ``?`` placeholders, and the values in text order."""
+    for identifier in tree.find_all(exp.Identifier):
+        if not identifier.quoted and identifier.name.lower() in _SQLITE_RESERVED:
+            identifier.set("quoted", True)
     try:
         text = tree.sql(dialect="sqlite", unsupported_level=ErrorLevel.RAISE)
     except UnsupportedError as exc:
