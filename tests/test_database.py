@@ -270,5 +270,7 @@ def test_query_errors_are_changestream_errors(db: changestream.EmbeddedDatabase)
     with pytest.raises(InvalidArgument, match="no such column"):
         db.execute_sql("SELECT nope FROM Singers")
     with pytest.raises(InvalidArgument, match="syntax error"):
-        db.execute_sql("SELECT 1 AS nothing")  # an SQLite keyword as a bare alias
+        db.execute_sql("SELECT 1 +")
+    # An SQLite keyword GoogleSQL allows as a name works bare or quoted.
+    assert list(db.execute_sql("SELECT 1 AS nothing")) == [[1]]
     assert list(db.execute_sql("SELECT 1 AS `nothing`")) == [[1]]
