@@ -67,6 +67,11 @@ StoredRecord = ChangeRecord | StoredInserts
 
 _decode_inserts = msgspec.json.Decoder(StoredInserts).decode
 _set = msgspec.structs.force_setattr
+#: One copy of each table's column names. Every record decodes its own; events whose
+#: documents share one set of key strings are built faster (each string keeps its hash) and
+#: looked into faster (a lookup matches a key by identity before comparing text).
+_COLUMN_NAMES: dict[_ColumnNames, _ColumnNames] = {}
+_MOST_SHAPES = 1024
 
 
 def stored_change(
@@ -83,4 +88,10 @@ def stored_change(
         return DataChangeRecord.from_dict(commit_timestamp, data, partition_token)
     _set(inserts, "commit_timestamp", commit_timestamp)
     _set(inserts, "partition_token", partition_token)
+    columns = _COLUMN_NAMES.get(inserts.columns)
+    if columns is None:
+        if len(_COLUMN_NAMES) >= _MOST_SHAPES:
+            _COLUMN_NAMES.clear()
+        columns = _COLUMN_NAMES[inserts.columns] = inserts.columns
+    _set(inserts, "columns", columns)
     return inserts

@@ -156,8 +156,12 @@ class EventBuilder:
         (see :meth:`_describe_row`), built straight from its rows."""
         commit_ts, transaction, sequence = key
         cluster_time, wall_time = self._moment(commit_ts)
-        key_names = record.key_names
-        names = key_names + record.new_names
+        key_names, new_names, _ = record.columns
+        names = key_names + new_names
+        # A row starts with its keys; most tables have one.
+        single_key = key_names[0] if len(key_names) == 1 else None
+        database, table = self._database, record.table_name
+        session = record.session_id
         in_transaction = record.number_of_records_in_transaction > 1 or len(record.rows) > 1
         events: list[Event] = []
         for index, row in enumerate(record.rows):
@@ -168,13 +172,16 @@ class EventBuilder:
                 "operationType": "insert",
                 "clusterTime": cluster_time,
                 "wallTime": wall_time,
-                "ns": {"db": self._database, "coll": record.table_name},
-                # A row starts with its keys: the pairs stop at the last key name.
-                "documentKey": dict(zip(key_names, row, strict=False)),
+                "ns": {"db": database, "coll": table},
+                "documentKey": (
+                    {single_key: row[0]}
+                    if single_key is not None
+                    else dict(zip(key_names, row, strict=False))
+                ),
                 "fullDocument": self._document(document) if self._null_as_missing else document,
             }
             if in_transaction:
-                _in_transaction(event, transaction, record.session_id)
+                _in_transaction(event, transaction, session)
             events.append((token, event))
         return events
 

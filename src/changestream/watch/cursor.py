@@ -95,22 +95,29 @@ class ChangeStreamCursor(CursorIteration):
         """The next event, or None if none arrived within ``max_await_time_ms``."""
         if self._closed:
             return None
-        deadline = time.monotonic() + self._max_await_s
-        while not self._pending:
-            if self._invalidated:
-                self.close()
+        if not self._pending:
+            self._fill()
+            if not self._pending:
                 return None
-            if not self._ready:
-                self._ready.extend(self._take(max(0.0, deadline - time.monotonic())))
-                if not self._ready:
-                    self._note_progress()
-                    return None
-            self._consume(*self._ready.popleft())
         token, event = self._pending.popleft()
         self._token = token
         if self._invalidated and not self._pending:
             self.close()
         return event
+
+    def _fill(self) -> None:
+        """Wait up to ``max_await_time_ms`` for events (none when it runs out)."""
+        deadline = time.monotonic() + self._max_await_s
+        while not self._pending:
+            if self._invalidated:
+                self.close()
+                return
+            if not self._ready:
+                self._ready.extend(self._take(max(0.0, deadline - time.monotonic())))
+                if not self._ready:
+                    self._note_progress()
+                    return
+            self._consume(*self._ready.popleft())
 
     @property
     def resume_token(self) -> dict[str, str]:
