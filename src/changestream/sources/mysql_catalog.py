@@ -211,9 +211,14 @@ def existing_rows_value(conn: Any, table: str, column: str) -> Any:
                 default,
             )
             return None
-        cur.execute(f"SELECT DEFAULT(`{column}`) FROM `{database}`.`{name}` LIMIT 1")
+        where = f"{_quoted(database)}.{_quoted(name)}"
+        cur.execute(f"SELECT DEFAULT({_quoted(column)}) FROM {where} LIMIT 1")
         row = cur.fetchone()
     return None if row is None else row[0]
+
+
+def _quoted(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
 
 
 def _is_number(text: str) -> bool:

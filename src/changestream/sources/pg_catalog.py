@@ -194,9 +194,10 @@ def existing_rows_value(conn: Any, table: str, column: str) -> str | None:
     has_missing, has_default, text = found
     if has_default and not has_missing:
         log.warning(
-            "source table %s: column %s came with a default PostgreSQL gave the existing rows "
-            "by rewriting the table (a volatile default such as random()), which logical "
-            "decoding does not send: in the mirror those rows read NULL in it until they change",
+            "source table %s: column %s has a default but no value kept for the rows the "
+            "table had when it was added. If it came with a volatile default (random()), "
+            "PostgreSQL gave those rows values by rewriting the table, which logical decoding "
+            "does not send: in the mirror they read NULL in it until they change",
             table,
             column,
         )
