@@ -269,6 +269,10 @@ def test_query_errors_are_changestream_errors(db: changestream.EmbeddedDatabase)
         db.execute_sql("SELECT * FROM Nope")
     with pytest.raises(InvalidArgument, match="no such column"):
         db.execute_sql("SELECT nope FROM Singers")
+    # Quoted, it is still a name: SQLite reads a double-quoted name matching no column as a
+    # string, so names go to it in backticks.
+    with pytest.raises(InvalidArgument, match="no such column"):
+        db.execute_sql("SELECT `nope` FROM Singers")
     with pytest.raises(InvalidArgument, match="syntax error"):
         db.execute_sql("SELECT 1 +")
     # An SQLite keyword GoogleSQL allows as a name works bare or quoted.

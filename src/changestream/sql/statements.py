@@ -13,13 +13,14 @@ import itertools
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar, cast
+from typing import Any, ClassVar, TypeVar, cast
 
 import sqlglot
 from sqlglot import TokenType, exp
 from sqlglot.dialects.bigquery import BigQuery
 from sqlglot.dialects.dialect import Dialect
 from sqlglot.dialects.postgres import Postgres
+from sqlglot.dialects.sqlite import SQLite
 from sqlglot.errors import ErrorLevel, ParseError, SqlglotError, TokenError, UnsupportedError
 from sqlglot.parser import Parser
 
@@ -92,7 +93,17 @@ class _PostgreSQL(Postgres):
 
 
 _DIALECTS: dict[str, type[Dialect]] = {"googlesql": _GoogleSQL, "postgresql": _PostgreSQL}
-_SQLITE = Dialect.get_or_raise("sqlite")
+
+
+class _SQLiteOut(SQLite):
+    """SQLite as statements are written for it: names quoted with backticks, which SQLite
+    never takes for a string (a double-quoted name that matches no column, it does)."""
+
+    class Tokenizer(SQLite.Tokenizer):
+        IDENTIFIERS: ClassVar[list[str | tuple[str, str]]] = ["`", '"', ("[", "]")]
+
+
+_SQLITE = _SQLiteOut()
 
 
 @dataclass(frozen=True, slots=True)
@@ -506,7 +517,7 @@ def _render(tree: exp.Expr, values: Sequence[Any]) -> tuple[str, tuple[Any, ...]
         if not identifier.quoted and identifier.name.lower() in _SQLITE_RESERVED:
             identifier.set("quoted", True)
     try:
-        text = tree.sql(dialect="sqlite", unsupported_level=ErrorLevel.RAISE)
+        text = tree.sql(dialect=_SQLITE, unsupported_level=ErrorLevel.RAISE)
     except UnsupportedError as exc:
         raise InvalidArgument(f"statement cannot be run on SQLite: {exc}") from exc
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
