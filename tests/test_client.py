@@ -290,6 +290,17 @@ def test_a_worker_above_its_share_hands_the_surplus_to_those_below_it() -> None:
     assert Counter(receiver for _, receiver in alone.give) == {"other": 3}
 
 
+def test_a_worker_whose_row_stopped_moving_is_handed_nothing() -> None:
+    taker = LeaseTaker("me", lease_timeout=9, max_steals_per_round=2)
+    leases = [owned(f"m{i}", "me") for i in range(6)]
+    running = {f"m{i}" for i in range(6)}
+    assert taker.plan(leases, running, 0.0, [worker("me"), worker("quiet")]).give != []
+    # Six seconds later "quiet" has not renewed (its row stands still) while "me" has: it
+    # still counts as a worker until the lease timeout, but nothing is handed to it.
+    later = taker.plan(leases, running, 6.5, [worker("me", 1), worker("quiet")])
+    assert later.give == [] and later.gone == []
+
+
 def test_a_registered_worker_gets_rounds_to_give_before_it_is_stolen_from() -> None:
     taker = LeaseTaker("me", lease_timeout=10, max_steals_per_round=2)
     leases = [owned(f"x{i}", "x") for i in range(8)]

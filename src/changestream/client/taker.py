@@ -28,6 +28,10 @@ from dataclasses import dataclass, field
 from changestream.client.lease_table import WORKER, ready_leases
 from changestream.store.models import Lease
 
+#: The share of the lease timeout within which a worker's row must have moved for it to be
+#: handed leases: renewals move it every third of the timeout.
+_FRESH = 2 / 3
+
 
 @dataclass(frozen=True, slots=True)
 class Plan:
@@ -109,7 +113,13 @@ class LeaseTaker:
         mine = sum(r.lease_owner == me for r in ready) + sum(r.lease_stealer == me for r in live)
         need = target - mine
         if need < 0:
-            return Plan(take, [], gone, self._gifts(ready, running, alive, target))
+            # A registered worker gets leases only while its row moves: one that died lately
+            # still counts as a worker for a while, and a lease handed to it would wait out
+            # a lease timeout.
+            stale = {
+                w for w in registered if now - self._seen[(WORKER, w)][1] > _FRESH * self._timeout
+            }
+            return Plan(take, [], gone, self._gifts(ready, running, alive - stale, target))
         if need == 0:
             return Plan(take, [], gone)
         if free:
