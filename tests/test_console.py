@@ -368,7 +368,8 @@ def test_the_tail_shows_records_as_they_arrive_newest_first_with_filters(
 
     db = site.db
     sign_in(browser, site, "read", f"#/db/shop/tail/{STREAM}")
-    count = browser.find_element(By.ID, "tail-count")
+    # The view renders after sign-in, once the page has fetched the stream.
+    count = wait_for("the tail view", lambda: browser.find_elements(By.ID, "tail-count"))[0]
     wait_for("the tail following", lambda: "following" in count.text)
     with db.transaction() as txn:
         txn.insert_or_update("Customers", ["Id", "Name"], [[1, "Ada"]])
