@@ -155,7 +155,8 @@ class LeaseCoordinator:
             self._table.delete(lease)
         with self._lock:
             running = set(self._held)
-        plan = self._taker.plan(leases, running, time.monotonic(), worker_rows(rows))
+        workers = worker_rows(rows)
+        plan = self._taker.plan(leases, running, time.monotonic(), workers)
         for row in plan.gone:
             if self._table.delete(row):
                 log.info(
@@ -188,18 +189,18 @@ class LeaseCoordinator:
                 log.info(
                     "%s asks %s for partition %s", self._me, lease.lease_owner, lease.status_value
                 )
-        return self._pause(plan, leases, rows, raced)
+        return self._pause(plan, leases, workers, raced)
 
-    def _pause(self, plan: Plan, leases: list[Lease], rows: list[Lease], raced: bool) -> float:
+    def _pause(self, plan: Plan, leases: list[Lease], workers: list[Lease], raced: bool) -> float:
         """Seconds to the next round: short while the group forms (its workers changed
         within the lease timeout: leases are taken in races and handed around), while this
         worker lost a race, or while leases should come to it; else the take interval. A
         worker alone in its group has nobody to trade with: it keeps the interval."""
         now = time.monotonic()
-        workers = frozenset(w.status_value for w in worker_rows(rows))
-        if workers != self._workers_seen:
-            self._workers_seen = workers
-            if workers - {self._me}:
+        ids = frozenset(w.status_value for w in workers)
+        if ids != self._workers_seen:
+            self._workers_seen = ids
+            if ids - {self._me}:
                 self._settling_until = now + self._config.lease_timeout
         incoming = plan.expecting or any(r.lease_stealer == self._me for r in leases)
         if raced or incoming or now < self._settling_until:
