@@ -12,6 +12,7 @@ import pytest
 import changestream
 from changestream import DataChangeRecord
 from changestream.embedded.database import store_of
+from changestream.store import commit_signal
 from changestream.streams.read import ChangeStreamReader
 
 pytestmark = pytest.mark.timeout(120)
@@ -80,3 +81,23 @@ def test_many_live_readers_of_one_partition_share_their_reads_and_each_get_every
     assert received == [list(range(commits))] * readers
     # Unshared, every reader would read the log at least once per commit.
     assert snapshots[0] < readers * commits / 2
+
+
+def test_closing_the_database_ends_its_commit_poller(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A poller left running at interpreter exit crashed a process inside SQLite (a benchmark
+    exited with SIGSEGV after its last line); closing waits for it."""
+    monkeypatch.setattr(commit_signal, "FIRST_POLL_S", 0.3)  # it sleeps when the close comes
+    db = changestream.open(str(tmp_path / "s.db"))
+    db.execute_ddl("CREATE TABLE T (K INT64 NOT NULL) PRIMARY KEY (K)")
+    created = db.execute_ddl("CREATE CHANGE STREAM S FOR T")
+    with db.transaction() as tx:
+        tx.insert("T", ["K"], [[1]])
+    (partition,) = db.partitions("S")
+    live = db.read_change_stream("S", created, None, partition.token, heartbeat_milliseconds=1000)
+    assert any(isinstance(record, DataChangeRecord) for record in live)
+    pollers = [t for t in threading.enumerate() if t.name == "changestream-commit-poller"]
+    assert pollers, "reading live should have started the commit poller"
+    db.close()
+    assert not any(t.is_alive() for t in pollers)

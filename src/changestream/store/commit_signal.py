@@ -34,6 +34,8 @@ ACTIVE_S = 0.05
 _LINGER_S = 1.0
 #: How long a new listener waits for a starting poller to take its first look.
 _START_S = 5.0
+#: How long closing waits for the poller to see the database closed and leave.
+_STOP_S = 2.0
 
 
 class CommitSignal:
@@ -130,6 +132,16 @@ class CommitSignal:
             if timeout > 0:
                 self._cond.wait_for(lambda: self._generation != seen, timeout)
             return self._generation
+
+    def stop(self) -> None:
+        """Wake every waiter and wait (bounded) for the poller to leave; call once the
+        database is closed. A poller still running when the interpreter exits can crash it
+        inside SQLite (a segfault after a benchmark's last line)."""
+        self.notify(0)
+        with self._cond:
+            poller = self._poller
+        if poller is not None and poller is not threading.current_thread():
+            poller.join(_STOP_S)
 
     def _poll(self, polling: threading.Event) -> None:
         conn = None

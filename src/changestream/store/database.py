@@ -143,7 +143,7 @@ class Store:
             with suppress(ChangeStreamError, sqlite3.Error):  # load only advises
                 self.flush_load()
         self._pool.close()
-        self.commit_signal.notify(0)  # waiting readers look again, and find it closed
+        self.commit_signal.stop()  # waiting readers look again, and find it closed
         if self._tempdir is not None:
             shutil.rmtree(self._tempdir, ignore_errors=True)
             self._tempdir = None
