@@ -4,6 +4,7 @@ split into random batches."""
 
 from __future__ import annotations
 
+import decimal
 import random
 import subprocess
 import sys
@@ -361,6 +362,40 @@ def test_a_column_dropped_from_the_source_is_kept_or_dropped_per_the_setting(
     assert narrow.read_rows() == [(1, "a2"), (2, "b")]
     # Replaying the batch after the rewrite changes nothing: sort keys survived it.
     assert narrow.apply(kv_events((21, 1, "UPDATE", "a2"))).updated == 0
+
+
+def test_a_column_added_with_a_default_fills_the_rows_the_replica_had(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The source gives its existing rows a constant DEFAULT without a change per row; the
+    replica's rows from before the column read it too. A default computed per row cannot be
+    known: those rows read NULL, and a warning says how to read the table anew."""
+    narrow = DeltaReplica(tmp_path, "db", KV)
+    narrow.apply(kv_events((10, 1, "INSERT", "a"), (11, 2, "INSERT", "b")))
+    wide_ddl = (
+        "CREATE TABLE KV (K INT64 NOT NULL, V STRING(MAX), W INT64 NOT NULL DEFAULT (7), "
+        "U STRING(MAX) DEFAULT (GENERATE_UUID()), N NUMERIC DEFAULT (NUMERIC '1.5')) "
+        "PRIMARY KEY (K)"
+    )
+    wide_table = table_of(wide_ddl)
+    wide = DeltaReplica(tmp_path, "db", wide_table)
+    later = CdcMod(
+        20, "20", "0", 0, "INSERT", {"K": 3}, {"V": "c", "W": "8", "U": "u", "N": None}, {}
+    )
+    with caplog.at_level("WARNING", logger="changestream.spark.replica"):
+        wide.apply(cdc_events("s", "db", wide_table, [later], T0))
+    assert wide.read_rows() == [
+        (1, "a", 7, None, decimal.Decimal("1.5")),
+        (2, "b", 7, None, decimal.Decimal("1.5")),
+        (3, "c", 8, "u", None),
+    ]
+    assert "['U'] were added with a DEFAULT computed per row" in caplog.text
+    # The columns are there now: a replayed batch fills nothing again.
+    caplog.clear()
+    version = DeltaTable(str(wide.path)).version()
+    assert wide.apply(cdc_events("s", "db", wide_table, [later], T0)).updated == 0
+    assert DeltaTable(str(wide.path)).version() == version
+    assert "computed per row" not in caplog.text
 
 
 def test_a_replica_read_by_name_needs_one_that_records_its_types(tmp_path: Path) -> None:

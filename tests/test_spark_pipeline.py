@@ -470,6 +470,44 @@ def test_columns_added_and_dropped_between_runs_reach_events_and_replica(
     assert by_key == [(1, ["Id", "Name", "Note"]), (4, ["Id", "Name", "Note"])]
 
 
+def test_a_column_added_with_a_default_reads_its_default_in_the_replica_rows_before_it(
+    spark: Any, tmp_path: Path
+) -> None:
+    """The source fills its existing rows with the default without a change per row; the
+    replica's rows from before the column must read it too, and a NULL written after stays."""
+    path = str(tmp_path / "source.db")
+    _create_items(path, rows=0)
+    _stream(path, tmp_path, backfill="none")
+    with changestream.open(path) as db, db.transaction() as tx:
+        tx.insert("Items", ["Id", "Name", "Qty"], [[1, "a", 1], [2, "b", 2]])
+    assert _run(spark, path).state == "Running"
+    with changestream.open(path) as db:
+        with db.transaction() as tx:  # read in the same run as the column's addition
+            tx.insert("Items", ["Id", "Name", "Qty"], [[5, "e", 5]])
+        db.execute_ddl("ALTER TABLE Items ADD COLUMN Note STRING(MAX) DEFAULT ('none yet')")
+        with db.transaction() as tx:
+            tx.insert("Items", ["Id", "Name", "Qty", "Note"], [[3, "c", 3, None]])
+            tx.insert("Items", ["Id", "Name", "Qty"], [[4, "d", 4]])
+            tx.update("Items", ["Id", "Qty"], [[2, 20]])
+    assert _run(spark, path).state == "Running"
+    source = _source_rows(path)
+    assert [row[-1] for row in source] == ["none yet", "none yet", None, "none yet", "none yet"]
+    assert _replica_rows(tmp_path / "replica", path, "Items") == source
+    # An event of a row from before the column holds what the row reads in it now.
+    notes = {
+        (e["payload"]["Id"], e["source_metadata"]["change_type"]): e["payload"].get("Note", "-")
+        for e in _events(tmp_path / "events")
+    }
+    assert notes == {
+        (1, "INSERT"): "-",  # written before the column was added
+        (2, "INSERT"): "-",
+        (5, "INSERT"): "none yet",
+        (3, "INSERT"): None,
+        (4, "INSERT"): "none yet",
+        (2, "UPDATE"): "none yet",
+    }
+
+
 def test_a_running_pipeline_follows_columns_added_and_dropped_while_it_runs(
     spark: Any, tmp_path: Path
 ) -> None:

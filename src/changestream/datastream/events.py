@@ -43,6 +43,7 @@ from changestream.codecs import (
     micros_text,
     millis_text,
     record_decoder,
+    record_encoder,
     record_to_event,
 )
 from changestream.ddl.schema import Table
@@ -419,9 +420,13 @@ def record_events(
     ``origin``, a mirror table of a source database, whose metadata the events carry)."""
     build = _CdcBuilder(stream_name, database, table, read_timestamp_us, origin)
     names = frozenset(c.name for c in table.columns)
+    added_values = {
+        c.name: None if c.default is None else record_encoder(c.type)(c.default)
+        for c in table.columns
+    }
     events: list[Event] = []
     for record in records:
-        fit = _fitting(record, names)
+        fit = _fitting(record, names, added_values)
         mods: Iterable[tuple[Mapping[str, Any], Mapping[str, Any], Mapping[str, Any]]] = (
             (m.keys, m.new_values, m.old_values) for m in record.mods
         )
@@ -439,12 +444,14 @@ def record_events(
 
 
 def _fitting(
-    record: DataChangeRecord, names: frozenset[str]
+    record: DataChangeRecord, names: frozenset[str], added_values: Mapping[str, Any]
 ) -> Callable[[Mapping[str, Any]], dict[str, Any]] | None:
     """How to fit the values of a whole-row record committed before the table's columns
     changed to the table as it is now (None when they fit as they are): a column added since
-    is NULL, a column dropped since is left out. Records that do not carry whole rows are not
-    fitted, so a change stream that cannot feed events still fails with its own error."""
+    holds what the row reads in it now, ``added_values`` (its constant DEFAULT, which the
+    store gave every existing row, else NULL); a column dropped since is left out. Records
+    that do not carry whole rows are not fitted, so a change stream that cannot feed events
+    still fails with its own error."""
     if record.value_capture_type not in _WHOLE_ROWS:
         return None
     shape = frozenset(c.name for c in record.column_types)
@@ -453,7 +460,7 @@ def _fitting(
     added = names - shape if record.mod_type != "DELETE" else frozenset()
     return lambda values: {
         **{name: v for name, v in values.items() if name in names},
-        **dict.fromkeys(added - values.keys()),
+        **{name: added_values[name] for name in added - values.keys()},
     }
 
 

@@ -373,10 +373,61 @@ class DeltaReplica:
         )
 
     def _target(self) -> DeltaTable:
-        """The Delta table to write to, without the columns the source dropped when the
-        stream says so."""
-        delta = self.ensure()
+        """The Delta table to write to: with the columns the source added with a DEFAULT,
+        and without the columns the source dropped when the stream says so."""
+        delta = self._with_added_defaults(self.ensure())
         return self._without_dropped_columns(delta) if self._drop_dropped_columns else delta
+
+    def _with_added_defaults(self, delta: DeltaTable) -> DeltaTable:
+        """The Delta table with each column the source added with a constant DEFAULT since,
+        filled with it in every row it has. The source gives its existing rows the default
+        without a change per row, and the replica's files from before the column would read
+        NULL. One MERGE adds the columns and fills them, so a crash leaves both or neither.
+        A default each row computes (``GENERATE_UUID()``) cannot be known here: a warning
+        says those rows read NULL until the table is read anew (a backfill)."""
+        present = {f.name for f in delta.schema().fields}
+        added = [
+            (index, c)
+            for index, c in enumerate(self.table.columns)
+            if c.name not in present and (c.default is not None or c.default_function)
+        ]
+        if not added:
+            return delta
+        keys = delta_rows(delta, list(self.table.primary_key))
+        if not keys.num_rows:
+            return delta
+        computed = [c.name for _, c in added if c.default_function is not None]
+        if computed:
+            log.warning(
+                "replica %s: columns %s were added with a DEFAULT computed per row; the rows "
+                "the replica had read NULL in them until the table is read anew "
+                "(`changestream streams backfill start STREAM %s`)",
+                self.object,
+                computed,
+                self.object,
+            )
+        fills = [(index, c) for index, c in added if c.default is not None]
+        if not fills:
+            return delta
+        source = keys
+        for index, column in fills:
+            value = self._to_arrow[index](column.default)
+            field = self.schema.field(column.name)
+            source = source.append_column(field, pa.array([value] * keys.num_rows, field.type))
+        delta.merge(
+            source,
+            self._predicate,
+            source_alias="s",
+            target_alias="t",
+            merge_schema=True,
+            streamed_exec=False,
+        ).when_matched_update({_quote(c.name): f"s.{_quote(c.name)}" for _, c in fills}).execute()
+        log.info(
+            "replica %s: columns %s added with their defaults, as its source did",
+            self.object,
+            [c.name for _, c in fills],
+        )
+        return delta
 
     def _without_dropped_columns(self, delta: DeltaTable) -> DeltaTable:
         """The Delta table rewritten without the columns its source table no longer has
