@@ -4,6 +4,7 @@ split into random batches."""
 
 from __future__ import annotations
 
+import dataclasses
 import decimal
 import random
 import subprocess
@@ -396,6 +397,57 @@ def test_a_column_added_with_a_default_fills_the_rows_the_replica_had(
     assert wide.apply(cdc_events("s", "db", wide_table, [later], T0)).updated == 0
     assert DeltaTable(str(wide.path)).version() == version
     assert "computed per row" not in caplog.text
+
+
+def _kv_with_w(w_ddl: str, added_at: int | None) -> Table:
+    table = table_of(f"CREATE TABLE KV (K INT64 NOT NULL, V STRING(MAX), {w_ddl}) PRIMARY KEY (K)")
+    (k, v, w) = table.columns
+    return dataclasses.replace(table, columns=(k, v, dataclasses.replace(w, added_at=added_at)))
+
+
+def _w_insert(table: Table, ts: int, key: int, w: str | None) -> list[Event]:
+    mod = CdcMod(ts, str(ts), "0", 0, "INSERT", {"K": key}, {"V": "v", "W": w}, {})
+    return cdc_events("s", "db", table, [mod], T0)
+
+
+@pytest.mark.parametrize("history", [False, True])
+def test_a_column_added_again_under_a_dropped_ones_name_is_a_new_column(
+    tmp_path: Path, history: bool
+) -> None:
+    """Rows keep the former column's values only in a history, and only while the type
+    allows; a replica of current rows gets the new column's NULL or DEFAULT."""
+    kind = HistoryReplica if history else DeltaReplica
+    first = _kv_with_w("W INT64", added_at=5)
+    kind(tmp_path, "db", first).apply(_w_insert(first, 10, 1, "7"))
+    same_type = _kv_with_w("W INT64 DEFAULT (3)", added_at=20)
+    replica = kind(tmp_path, "db", same_type)
+    replica.apply(_w_insert(same_type, 30, 2, "8"))
+    rows = [row[:3] for row in replica.read_rows()]
+    assert rows == ([(1, "v", 7), (2, "v", 8)] if history else [(1, "v", 3), (2, "v", 8)])
+    other_type = _kv_with_w("W STRING(MAX)", added_at=40)
+    replica = kind(tmp_path, "db", other_type)
+    replica.apply(_w_insert(other_type, 50, 3, "x"))
+    rows = [row[:3] for row in replica.read_rows()]
+    expected = [(1, "v", None), (2, "v", None), (3, "v", "x")]
+    assert rows == expected
+    assert DeltaReplica(tmp_path, "db", "KV").table.columns[2].added_at == 40  # recorded
+
+
+def test_a_new_string_length_keeps_the_values_and_rewrites_the_table_once(
+    tmp_path: Path,
+) -> None:
+    short = table_of("CREATE TABLE KV (K INT64 NOT NULL, V STRING(10)) PRIMARY KEY (K)")
+    DeltaReplica(tmp_path, "db", KV).apply(kv_events((10, 1, "INSERT", "a")))
+    replica = DeltaReplica(tmp_path, "db", short)
+    later = cdc_events(
+        "s", "db", short, [CdcMod(20, "20", "0", 0, "INSERT", {"K": 2}, {"V": "b"}, {})], T0
+    )
+    replica.apply(later)
+    assert replica.read_rows() == [(1, "a"), (2, "b")]
+    assert DeltaReplica(tmp_path, "db", "KV").table.columns[1].type.length == 10
+    version = DeltaTable(str(replica.path)).version()
+    replica.apply(later)  # the shape is the source's now: no rewrite, no commit
+    assert DeltaTable(str(replica.path)).version() == version
 
 
 def test_a_replica_read_by_name_needs_one_that_records_its_types(tmp_path: Path) -> None:

@@ -241,6 +241,24 @@ def test_watch_shows_table_ddl_as_expanded_events(db: changestream.EmbeddedDatab
     assert plain_update["_id"] == update["_id"]
 
 
+def test_a_column_records_when_it_was_added(tmp_path: Path) -> None:
+    """``added_at`` is the commit timestamp of the ADD COLUMN; ALTER COLUMN keeps it, a
+    column added again after a drop gets its own, columns made with the table have none."""
+    path = str(tmp_path / "added.db")
+    with changestream.open(path) as db:
+        db.execute_ddl(ORDERS)
+        first = db.execute_ddl("ALTER TABLE Orders ADD COLUMN Note STRING(10)")
+        db.execute_ddl("ALTER TABLE Orders ALTER COLUMN Note STRING(MAX)")
+        (orders,) = db.tables()
+        assert [c.added_at for c in orders.columns] == [None, None, None, first]
+        db.execute_ddl("ALTER TABLE Orders DROP COLUMN Note")
+        again = db.execute_ddl("ALTER TABLE Orders ADD COLUMN Note STRING(MAX)")
+        assert again > first
+    with changestream.open(path) as db:  # read back from the catalog
+        (orders,) = db.tables()
+        assert orders.column("Note").added_at == again
+
+
 def test_table_ddl_over_the_server(db: changestream.EmbeddedDatabase) -> None:
     with (
         serving({"shop": db}) as running,
@@ -255,6 +273,9 @@ def test_table_ddl_over_the_server(db: changestream.EmbeddedDatabase) -> None:
         with remote.transaction() as tx:
             tx.update("Orders", ["Id", "Note"], [[1, "remote"]])
         assert remote.read("Orders", [[1]]) == [(1, "ann", 10, "remote")]
+        # When a column was added travels too (a replica tells a re-added column by it).
+        (orders,) = remote.tables()
+        assert orders.column("Note").added_at == next(iter(db.tables())).column("Note").added_at
         with pytest.raises(FailedPrecondition, match="part of the primary key"):
             remote.execute_ddl("ALTER TABLE Orders DROP COLUMN Id")
 

@@ -420,13 +420,10 @@ def record_events(
     ``origin``, a mirror table of a source database, whose metadata the events carry)."""
     build = _CdcBuilder(stream_name, database, table, read_timestamp_us, origin)
     names = frozenset(c.name for c in table.columns)
-    added_values = {
-        c.name: None if c.default is None else record_encoder(c.type)(c.default)
-        for c in table.columns
-    }
+    added = _AddedColumns(table)
     events: list[Event] = []
     for record in records:
-        fit = _fitting(record, names, added_values)
+        fit = _fitting(record, names, added)
         mods: Iterable[tuple[Mapping[str, Any], Mapping[str, Any], Mapping[str, Any]]] = (
             (m.keys, m.new_values, m.old_values) for m in record.mods
         )
@@ -443,24 +440,49 @@ def record_events(
     return events
 
 
+class _AddedColumns:
+    """What a row reads now in each column added to ``table`` after the table was made: its
+    constant DEFAULT (the store gave every existing row that), else NULL; and when each of
+    them was added, if the catalog says."""
+
+    def __init__(self, table: Table) -> None:
+        self.values = {
+            c.name: None if c.default is None else record_encoder(c.type)(c.default)
+            for c in table.columns
+        }
+        self.added_at = {c.name: c.added_at for c in table.columns if c.added_at is not None}
+        self.newest = max(self.added_at.values(), default=-1)
+
+    def after(self, commit_ts: int) -> frozenset[str]:
+        """The columns added after ``commit_ts``: a value a record committed then holds under
+        one of their names was a former column's."""
+        if commit_ts >= self.newest:
+            return frozenset()
+        return frozenset(name for name, at in self.added_at.items() if commit_ts < at)
+
+
 def _fitting(
-    record: DataChangeRecord, names: frozenset[str], added_values: Mapping[str, Any]
+    record: DataChangeRecord, names: frozenset[str], added: _AddedColumns
 ) -> Callable[[Mapping[str, Any]], dict[str, Any]] | None:
     """How to fit the values of a whole-row record committed before the table's columns
     changed to the table as it is now (None when they fit as they are): a column added since
-    holds what the row reads in it now, ``added_values`` (its constant DEFAULT, which the
-    store gave every existing row, else NULL); a column dropped since is left out. Records
-    that do not carry whole rows are not fitted, so a change stream that cannot feed events
-    still fails with its own error."""
+    holds what the row reads in it now (:class:`_AddedColumns`), also when the record holds
+    a value of a former column of that name; a column dropped since is left out, and a
+    deleted row gets no added column. Records that do not carry whole rows are not fitted,
+    so a change stream that cannot feed events still fails with its own error."""
     if record.value_capture_type not in _WHOLE_ROWS:
         return None
     shape = frozenset(c.name for c in record.column_types)
-    if shape == names or (record.mod_type == "DELETE" and shape <= names):
+    later = added.after(record.commit_timestamp)
+    deleted = record.mod_type == "DELETE"
+    if not later and (shape == names or (deleted and shape <= names)):
         return None
-    added = names - shape if record.mod_type != "DELETE" else frozenset()
+    kept = names - later
+    filled = frozenset() if deleted else (names - shape) | later
+    values_now = added.values
     return lambda values: {
-        **{name: v for name, v in values.items() if name in names},
-        **{name: added_values[name] for name in added - values.keys()},
+        **{name: v for name, v in values.items() if name in kept},
+        **{name: values_now[name] for name in filled if name in later or name not in values},
     }
 
 

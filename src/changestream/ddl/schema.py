@@ -42,6 +42,10 @@ class Column:
     #: A function a new row's value comes from instead (``DEFAULT (CURRENT_TIMESTAMP())``,
     #: see :mod:`changestream.ddl.defaults`); None for a constant default.
     default_function: str | None = None
+    #: The commit timestamp of the ``ALTER TABLE ... ADD COLUMN`` that added the column (None
+    #: for a column the table was created with). A column dropped and added again under the
+    #: same name is another column: what was recorded before its addition is not its value.
+    added_at: int | None = None
 
     def to_catalog(self) -> dict[str, Any]:
         out = {
@@ -55,6 +59,8 @@ class Column:
             out["default"] = to_json_value(self.type, self.default)
         if self.default_function is not None:
             out["default_function"] = self.default_function
+        if self.added_at is not None:
+            out["added_at"] = self.added_at
         return out
 
     @staticmethod
@@ -67,6 +73,7 @@ class Column:
             allow_commit_timestamp=data["allow_commit_timestamp"],
             default=from_json_value(ColumnType.from_json(data["type"]), data.get("default")),
             default_function=data.get("default_function"),
+            added_at=data.get("added_at"),
         )
 
 

@@ -47,6 +47,8 @@ _CHANGE_TYPES: Final = {"INSERT": "INSERT", "UPDATE": UPDATE_INSERT, "DELETE": "
 class HistoryReplica(DeltaReplica):
     """The append-only Delta table of one source table (see the module docstring)."""
 
+    _holds_current_rows = False
+
     @staticmethod
     def _schema_for(table: Table) -> pa.Schema:
         return pa.schema(

@@ -31,7 +31,7 @@ import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 import orjson
 import pyarrow as pa
@@ -150,6 +150,9 @@ _CHANGE_DATA_FEED: Final[dict[str, str]] = {_CDF_PROPERTY: "true"}
 #: can be read knowing only its table's name (NUMERIC and JSON are both text in Arrow).
 _TYPE_METADATA = "changestream.type"
 _KEY_METADATA = "changestream.key"
+#: And when the column was added (see ``Column.added_at``), so a column dropped and added
+#: again under the same name is told from the one the replica holds.
+_ADDED_METADATA = "changestream.added_at"
 
 
 def source_fields(table: Table) -> list[pa.Field]:
@@ -160,6 +163,8 @@ def source_fields(table: Table) -> list[pa.Field]:
         found = {_TYPE_METADATA: orjson.dumps(column.type.to_catalog()).decode()}
         if column.name in keys:
             found[_KEY_METADATA] = str(keys[column.name])
+        if column.added_at is not None:
+            found[_ADDED_METADATA] = str(column.added_at)
         return found
 
     return [pa.field(c.name, arrow_type(c.type), metadata=metadata(c)) for c in table.columns]
@@ -175,6 +180,10 @@ def _arrow_schema(table: Table) -> pa.Schema:
             pa.field(DELETED_COLUMN, pa.bool_(), nullable=False),
         ]
     )
+
+
+def _metadata(field: pa.Field, key: str) -> bytes | None:
+    return (field.metadata or {}).get(key.encode())
 
 
 def delta_rows(delta: DeltaTable, columns: Sequence[str] | None = None) -> pa.Table:
@@ -225,7 +234,9 @@ def replica_table(path: Path, name: str) -> Table:
                 "(it was made by an older version): pass the source's Table instead of its name"
             )
         ctype = ColumnType.from_json(orjson.loads(described))
-        columns.append(Column(field.name, ctype, len(columns) + 1))
+        added = field.metadata.get(_ADDED_METADATA)
+        added_at = int(added) if isinstance(added, str) else None
+        columns.append(Column(field.name, ctype, len(columns) + 1, added_at=added_at))
         if _KEY_METADATA in field.metadata:
             keys[int(field.metadata[_KEY_METADATA])] = field.name
     return Table(name, tuple(columns), tuple(keys[position] for position in sorted(keys)))
@@ -373,10 +384,60 @@ class DeltaReplica:
         )
 
     def _target(self) -> DeltaTable:
-        """The Delta table to write to: with the columns the source added with a DEFAULT,
-        and without the columns the source dropped when the stream says so."""
-        delta = self._with_added_defaults(self.ensure())
-        return self._without_dropped_columns(delta) if self._drop_dropped_columns else delta
+        """The Delta table to write to, its columns made the source's (see
+        :meth:`_reshaped`; columns added since with a DEFAULT filled with it)."""
+        delta = self._reshaped(self.ensure())
+        return self._with_added_defaults(delta) if self._holds_current_rows else delta
+
+    #: Whether the rows are the source's rows as they are now (a history's are past images:
+    #: they keep what they held, and a column added later is NULL in them).
+    _holds_current_rows: ClassVar[bool] = True
+
+    def _reshaped(self, delta: DeltaTable) -> DeltaTable:
+        """The Delta table with the source's columns as they are now, rewritten (one
+        overwrite) when they changed:
+
+        - a column whose type changed (``ALTER COLUMN`` gave a STRING another length) takes
+          the new type, its values kept;
+        - a column dropped and added again under the same name is another column: the
+          former one's values go (the new one is NULL, or gets its DEFAULT next), except in
+          a history, which keeps them when the type allows;
+        - a column the source dropped goes too when the stream says so (Delta Lake drops a
+          column only with column mapping, which deltalake's MERGE does not support).
+        """
+        wanted = {f.name: f for f in self.schema if f.name not in BOOKKEEPING_COLUMNS}
+        current = pa.schema(delta.schema().to_arrow())
+        gone: list[str] = []
+        changed: list[str] = []
+        for field in current:
+            want = wanted.get(field.name)
+            if want is None:
+                if self._drop_dropped_columns and field.name not in BOOKKEEPING_COLUMNS:
+                    gone.append(field.name)
+            elif _metadata(field, _ADDED_METADATA) != _metadata(want, _ADDED_METADATA) and (
+                self._holds_current_rows or field.type != want.type
+            ):
+                gone.append(field.name)
+            elif field.type != want.type or field.metadata != want.metadata:
+                changed.append(field.name)
+        if not gone and not changed:
+            return delta
+        data = delta_rows(delta)
+        kept = [f for f in current if f.name not in gone]
+        fields = [wanted.get(f.name, f) for f in kept]
+        rows = pa.table(
+            [data[f.name].cast(new.type) for f, new in zip(kept, fields, strict=True)],
+            schema=pa.schema(fields),
+        )
+        write_deltalake(str(self.path), rows, mode="overwrite", schema_mode="overwrite")
+        log.info(
+            "replica %s: columns %s dropped and %s changed, as its source's were",
+            self.object,
+            gone,
+            changed,
+        )
+        self._delta = DeltaTable(str(self.path))
+        return self._delta
 
     def _with_added_defaults(self, delta: DeltaTable) -> DeltaTable:
         """The Delta table with each column the source added with a constant DEFAULT since,
@@ -428,20 +489,6 @@ class DeltaReplica:
             [c.name for _, c in fills],
         )
         return delta
-
-    def _without_dropped_columns(self, delta: DeltaTable) -> DeltaTable:
-        """The Delta table rewritten without the columns its source table no longer has
-        (a rewrite: Delta Lake drops a column only with column mapping, which deltalake's
-        MERGE does not support)."""
-        wanted = set(self.schema.names)
-        dropped = [f.name for f in delta.schema().fields if f.name not in wanted]
-        if not dropped:
-            return delta
-        kept = delta_rows(delta).drop_columns(dropped)
-        write_deltalake(str(self.path), kept, mode="overwrite", schema_mode="overwrite")
-        log.info("replica %s: dropped columns %s, as its source did", self.object, dropped)
-        self._delta = DeltaTable(str(self.path))
-        return self._delta
 
     def _source(self, events: list[Event]) -> pa.Table:
         columns = self._payload_columns([event.payload for event in events])

@@ -38,8 +38,11 @@ _UNINDEXABLE = frozenset({"ARRAY", "JSON"})
 _SIZED = frozenset({"STRING", "BYTES"})
 
 
-def add_column(conn: sqlite3.Connection, table: Table, statement: AddColumn) -> Table | None:
-    """The table with the column added (None: it exists and ``IF NOT EXISTS`` was given)."""
+def add_column(
+    conn: sqlite3.Connection, table: Table, statement: AddColumn, commit_ts: int
+) -> Table | None:
+    """The table with the column added at ``commit_ts`` (None: it exists and ``IF NOT
+    EXISTS`` was given)."""
     column = statement.column
     existing = _named(table, column.name)
     if existing is not None:
@@ -48,7 +51,7 @@ def add_column(conn: sqlite3.Connection, table: Table, statement: AddColumn) -> 
         raise AlreadyExists(f"table {table.name!r} already has a column {existing.name!r}")
     if len(table.columns) >= _MAX_COLUMNS:
         raise FailedPrecondition(f"table {table.name!r} has {_MAX_COLUMNS} columns already")
-    column = replace(column, ordinal=len(table.columns) + 1)
+    column = replace(column, ordinal=len(table.columns) + 1, added_at=commit_ts)
     altered = replace(table, columns=(*table.columns, column))
     if column.not_null and column.default is None and column.default_function is None:
         if _has_rows(conn, table):
@@ -119,6 +122,7 @@ def alter_column(conn: sqlite3.Connection, table: Table, statement: AlterColumn)
         allow_commit_timestamp=statement.column.allow_commit_timestamp
         or old.allow_commit_timestamp,
         default=old.default,
+        added_at=old.added_at,
     )
     if old.name in table.primary_key:
         raise FailedPrecondition(

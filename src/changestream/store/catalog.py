@@ -92,7 +92,7 @@ class Catalog:
         elif isinstance(statement, RenameTable):
             self._rename_table(conn, statement.name, statement.new_name)
         elif isinstance(statement, AddColumn | DropColumn | AlterColumn):
-            self._alter_table(conn, statement)
+            self._alter_table(conn, statement, commit_ts)
         elif isinstance(statement, CreateIndex):
             self._create_index(conn, statement)
         elif isinstance(statement, DropIndex):
@@ -129,12 +129,15 @@ class Catalog:
         self.tables[table.name] = table
 
     def _alter_table(
-        self, conn: sqlite3.Connection, statement: AddColumn | DropColumn | AlterColumn
+        self,
+        conn: sqlite3.Connection,
+        statement: AddColumn | DropColumn | AlterColumn,
+        commit_ts: int,
     ) -> None:
         table = self.table(statement.table)
         altered: Table | None
         if isinstance(statement, AddColumn):
-            altered = alter.add_column(conn, table, statement)
+            altered = alter.add_column(conn, table, statement, commit_ts)
         elif isinstance(statement, DropColumn):
             streams = {name: entry.definition for name, entry in self.streams.items()}
             altered = alter.drop_column(conn, table, statement, streams)

@@ -72,6 +72,8 @@ class ColumnBody(Model):
     default: Any = None
     #: A generated DEFAULT: ``CURRENT_TIMESTAMP()``, ``CURRENT_DATE()`` or ``GENERATE_UUID()``.
     default_function: str | None = None
+    #: The commit timestamp of the ADD COLUMN that added it (absent: created with the table).
+    added_at: int | None = None
 
 
 class IndexBody(Model):
