@@ -546,6 +546,25 @@ def test_a_column_dropped_and_added_again_and_a_length_change_reach_the_replica(
     }
 
 
+def test_a_ddl_with_no_change_after_it_reaches_the_replica_on_the_next_run(
+    spark: Any, tmp_path: Path
+) -> None:
+    """No row changes after the DDL, so no event carries it: the run brings the replica to
+    the table's new shape anyway (the source's rows read the new column's DEFAULT)."""
+    path = str(tmp_path / "source.db")
+    _create_items(path, rows=0)
+    _stream(path, tmp_path, backfill="none")
+    with changestream.open(path) as db, db.transaction() as tx:
+        tx.insert("Items", ["Id", "Name", "Qty"], [[1, "a", 1], [2, "b", 2]])
+    assert _run(spark, path).state == "Running"
+    with changestream.open(path) as db:
+        db.execute_ddl("ALTER TABLE Items DROP COLUMN Qty")
+        db.execute_ddl("ALTER TABLE Items ADD COLUMN Qty INT64 DEFAULT (0)")
+    assert _run(spark, path).state == "Running"
+    assert _source_rows(path) == [(1, "a", 0), (2, "b", 0)]
+    assert _replica_rows(tmp_path / "replica", path, "Items") == _source_rows(path)
+
+
 def test_a_running_pipeline_follows_columns_added_and_dropped_while_it_runs(
     spark: Any, tmp_path: Path
 ) -> None:

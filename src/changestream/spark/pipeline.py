@@ -29,7 +29,7 @@ import shutil
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -255,7 +255,7 @@ class SparkPipeline:
         self._failure = None
         self._drop_publication()  # a failed run's, before a restart
         try:
-            self._guard(lambda: self._backfill(spark, self._plan(self._tables())))
+            self._guard(lambda: self._begin(spark))
             query = self._start_query(spark, start, available_now=target is not None)
             self._mark_running()
         except Exception as exc:
@@ -329,6 +329,12 @@ class SparkPipeline:
         if self.options.max_bytes_per_trigger:
             options["maxBytesPerTrigger"] = str(self.options.max_bytes_per_trigger)
         return options
+
+    def _begin(self, spark: SparkSession) -> None:
+        """Before the query: the replicas take their tables' shapes, then backfill runs."""
+        plan = self._plan(self._tables())
+        self._follow_schemas(plan)
+        self._backfill(spark, plan)
 
     def _start_query(self, spark: SparkSession, start: int, available_now: bool) -> StreamingQuery:
         options = self._source_options(start)
@@ -595,6 +601,7 @@ class SparkPipeline:
             if row["kind"] == "replica":
                 staged[row["object"]].append(row["path"])
         by_object = {self.definition.object_name(t): t for t in plan.tables}
+        self._follow_schemas(plan, skip=staged.keys())
         for obj, paths in sorted(staged.items()):
             rows = read_staged(paths)
             if rows is None or obj not in by_object:
@@ -609,12 +616,25 @@ class SparkPipeline:
         for directory in {Path(p).parent.parent for paths in staged.values() for p in paths}:
             shutil.rmtree(directory, ignore_errors=True)
 
+    def _follow_schemas(self, plan: TaskPlan, skip: Collection[str] = ()) -> None:
+        """Bring the replicas of tables whose shape this run has not seen yet to it (objects
+        in ``skip`` get their rows now, which brings them too)."""
+        if self.definition.replica is None:
+            return
+        for table in plan.tables:
+            obj = self.definition.object_name(table)
+            if obj not in skip and self._replica_key(plan, table) not in self._replicas:
+                self._attempts(obj, self._replica(plan, table).follow_schema)
+
+    def _replica_key(self, plan: TaskPlan, table: str) -> tuple[Any, ...]:
+        settings = (plan.replica, plan.append_only, plan.drop_dropped_columns)
+        return (plan.schema, plan.tables[table], *settings)
+
     def _replica(self, plan: TaskPlan, table: str) -> DeltaReplica:
         """``plan``'s replica of ``table``: the same object from one micro-batch to the next
         while the table and the replica settings stay the same, so its Delta table stays
         open."""
-        settings = (plan.replica, plan.append_only, plan.drop_dropped_columns)
-        key = (plan.schema, plan.tables[table], *settings)
+        key = self._replica_key(plan, table)
         replica = self._replicas.get(key)
         if replica is None:
             replica = self._replicas[key] = plan.replicas[table]

@@ -383,6 +383,15 @@ class DeltaReplica:
             version=delta.version(),
         )
 
+    def follow_schema(self) -> None:
+        """Give the replica, if there is one, the source table's columns as they are now (see
+        :meth:`_target`). A DDL alone changes what the source's rows read (a column added
+        with a DEFAULT, a former column's values gone) without a change of any row to bring
+        it here: the pipeline calls this when it first sees a table's shape."""
+        if self._delta is None and not DeltaTable.is_deltatable(str(self.path)):
+            return
+        self._target()
+
     def _target(self) -> DeltaTable:
         """The Delta table to write to, its columns made the source's (see
         :meth:`_reshaped`; columns added since with a DEFAULT filled with it)."""
