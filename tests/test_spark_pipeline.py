@@ -470,17 +470,23 @@ def test_columns_added_and_dropped_between_runs_reach_events_and_replica(
     assert by_key == [(1, ["Id", "Name", "Note"]), (4, ["Id", "Name", "Note"])]
 
 
-def test_a_column_added_with_a_default_reads_its_default_in_the_replica_rows_before_it(
-    spark: Any, tmp_path: Path
-) -> None:
-    """The source fills its existing rows with the default without a change per row; the
-    replica's rows from before the column must read it too, and a NULL written after stays."""
+def _two_items_replicated(spark: Any, tmp_path: Path) -> str:
+    """A source with rows 1 and 2 of Items, run once into events and a replica; its path."""
     path = str(tmp_path / "source.db")
     _create_items(path, rows=0)
     _stream(path, tmp_path, backfill="none")
     with changestream.open(path) as db, db.transaction() as tx:
         tx.insert("Items", ["Id", "Name", "Qty"], [[1, "a", 1], [2, "b", 2]])
     assert _run(spark, path).state == "Running"
+    return path
+
+
+def test_a_column_added_with_a_default_reads_its_default_in_the_replica_rows_before_it(
+    spark: Any, tmp_path: Path
+) -> None:
+    """The source fills its existing rows with the default without a change per row; the
+    replica's rows from before the column must read it too, and a NULL written after stays."""
+    path = _two_items_replicated(spark, tmp_path)
     with changestream.open(path) as db:
         with db.transaction() as tx:  # read in the same run as the column's addition
             tx.insert("Items", ["Id", "Name", "Qty"], [[5, "e", 5]])
@@ -514,12 +520,7 @@ def test_a_column_dropped_and_added_again_and_a_length_change_reach_the_replica(
     """A column added again under a dropped one's name is another column: the replica's
     rows, and events of records from before it, lose the former values; a STRING's new
     length keeps them (it used to fail every batch with a schema mismatch)."""
-    path = str(tmp_path / "source.db")
-    _create_items(path, rows=0)
-    _stream(path, tmp_path, backfill="none")
-    with changestream.open(path) as db, db.transaction() as tx:
-        tx.insert("Items", ["Id", "Name", "Qty"], [[1, "a", 1], [2, "b", 2]])
-    assert _run(spark, path).state == "Running"
+    path = _two_items_replicated(spark, tmp_path)
     with changestream.open(path) as db:
         with db.transaction() as tx:  # read in the same run as the DDL
             tx.update("Items", ["Id", "Qty"], [[2, 5]])
@@ -551,12 +552,7 @@ def test_a_ddl_with_no_change_after_it_reaches_the_replica_on_the_next_run(
 ) -> None:
     """No row changes after the DDL, so no event carries it: the run brings the replica to
     the table's new shape anyway (the source's rows read the new column's DEFAULT)."""
-    path = str(tmp_path / "source.db")
-    _create_items(path, rows=0)
-    _stream(path, tmp_path, backfill="none")
-    with changestream.open(path) as db, db.transaction() as tx:
-        tx.insert("Items", ["Id", "Name", "Qty"], [[1, "a", 1], [2, "b", 2]])
-    assert _run(spark, path).state == "Running"
+    path = _two_items_replicated(spark, tmp_path)
     with changestream.open(path) as db:
         db.execute_ddl("ALTER TABLE Items DROP COLUMN Qty")
         db.execute_ddl("ALTER TABLE Items ADD COLUMN Qty INT64 DEFAULT (0)")

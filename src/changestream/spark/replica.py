@@ -39,6 +39,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import DeltaError, TableNotFoundError
+from deltalake.table import TableMerger
 
 from changestream.codecs import Codec, identity, text_decoder, text_encoder, to_sqlite
 from changestream.datastream.events import (
@@ -357,17 +358,7 @@ class DeltaReplica:
         source = latest_per_key(source.cast(self.schema), list(self.table.primary_key))
         delta = self._target()
         metrics = (
-            delta.merge(
-                source,
-                self._predicate,
-                source_alias="s",
-                target_alias="t",
-                # A column added to the source table is added here too; one dropped from it
-                # stays, with the values it had (unless drop_dropped_columns).
-                merge_schema=True,
-                # A materialized source lets the MERGE prune target files by key statistics.
-                streamed_exec=False,
-            )
+            self._merging(delta, source)
             .when_matched_update_all(predicate=f"s.{SORT_KEY_COLUMN} > t.{SORT_KEY_COLUMN}")
             .when_not_matched_insert_all()
             .execute()
@@ -391,6 +382,20 @@ class DeltaReplica:
         if self._delta is None and not DeltaTable.is_deltatable(str(self.path)):
             return
         self._target()
+
+    def _merging(self, delta: DeltaTable, source: pa.Table) -> TableMerger:
+        """A MERGE of ``source`` rows into ``delta`` by key (``s`` and ``t``)."""
+        return delta.merge(
+            source,
+            self._predicate,
+            source_alias="s",
+            target_alias="t",
+            # A column added to the source table is added here too; one dropped from it
+            # stays, with the values it had (unless drop_dropped_columns).
+            merge_schema=True,
+            # A materialized source lets the MERGE prune target files by key statistics.
+            streamed_exec=False,
+        )
 
     def _target(self) -> DeltaTable:
         """The Delta table to write to, its columns made the source's (see
@@ -484,14 +489,8 @@ class DeltaReplica:
             value = self._to_arrow[index](column.default)
             field = self.schema.field(column.name)
             source = source.append_column(field, pa.array([value] * keys.num_rows, field.type))
-        delta.merge(
-            source,
-            self._predicate,
-            source_alias="s",
-            target_alias="t",
-            merge_schema=True,
-            streamed_exec=False,
-        ).when_matched_update({_quote(c.name): f"s.{_quote(c.name)}" for _, c in fills}).execute()
+        updates = {_quote(c.name): f"s.{_quote(c.name)}" for _, c in fills}
+        self._merging(delta, source).when_matched_update(updates).execute()
         log.info(
             "replica %s: columns %s added with their defaults, as its source did",
             self.object,
