@@ -248,6 +248,10 @@ class DeltaReplica:
     the source's Table, or its name to read a replica made already (its types come from the
     replica's own schema)."""
 
+    #: Whether the rows are the source's rows as they are now (a history's are past images:
+    #: they keep what they held, and a column added later is NULL in them).
+    _holds_current_rows: ClassVar[bool] = True
+
     def __init__(
         self,
         root: str | os.PathLike[str],
@@ -402,10 +406,6 @@ class DeltaReplica:
         :meth:`_reshaped`; columns added since with a DEFAULT filled with it)."""
         delta = self._reshaped(self.ensure())
         return self._with_added_defaults(delta) if self._holds_current_rows else delta
-
-    #: Whether the rows are the source's rows as they are now (a history's are past images:
-    #: they keep what they held, and a column added later is NULL in them).
-    _holds_current_rows: ClassVar[bool] = True
 
     def _reshaped(self, delta: DeltaTable) -> DeltaTable:
         """The Delta table with the source's columns as they are now, rewritten (one
