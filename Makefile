@@ -8,6 +8,9 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
+	# Bytecode for the package, which an editable install does not compile: where
+	# PYTHONDONTWRITEBYTECODE is set (CI), every process Spark starts would compile it anew.
+	$(PY) -m compileall -q src
 	# The Spark driver's class archive: every pipeline, demo and Spark test starts sooner.
 	$(VENV)/bin/changestream pipeline prepare
 	touch $(STAMP)

@@ -148,14 +148,12 @@ def read_records(
 
 def _rows(
     records: Iterator[DataChangeRecord], row_per_mod: bool, sized: bool
-) -> Iterator[tuple[int, int]]:
-    """(commit timestamp, bytes) of each row the source makes of ``records``; bytes (the
-    record's JSON size, shared by its mods) only when ``sized``, else 0."""
+) -> Iterator[tuple[int, int, int]]:
+    """(commit timestamp, rows, bytes per row) of each record: the rows the source makes of
+    it, and (only when ``sized``, else 0) its JSON size shared among them."""
     for record in records:
         rows = len(record.mods) if row_per_mod else 1
-        size = len(record.to_json()) // rows if sized else 0
-        for _ in range(rows):
-            yield record.commit_timestamp, size
+        yield record.commit_timestamp, rows, len(record.to_json()) // rows if sized else 0
 
 
 def next_frontier(
@@ -180,15 +178,18 @@ def next_frontier(
     stamps: list[int] = []
     over = False
     try:
-        rows = heapq.merge(*(_rows(r, row_per_mod, max_bytes is not None) for r in readers))
-        total = 0
-        for stamp, size in rows:
+        # A record at a time, not a row: the limits are crossed at the same record, and so
+        # the same commit timestamp, as row by row (sums of rows and bytes only grow).
+        records = heapq.merge(*(_rows(r, row_per_mod, max_bytes is not None) for r in readers))
+        rows = size = 0
+        for stamp, count, row_bytes in records:
             stamps.append(stamp)
-            total += size
+            rows += count
+            size += count * row_bytes
             if max_records is None and max_bytes is None:
                 break  # only whether anything is there
-            over = (max_records is not None and len(stamps) > max_records) or (
-                max_bytes is not None and total > max_bytes and len(stamps) > 1
+            over = (max_records is not None and rows > max_records) or (
+                max_bytes is not None and size > max_bytes and rows > 1
             )
             if over:
                 break
