@@ -10,13 +10,14 @@ upserts of distinct random keys below ``--keys``, ``--rows-per-txn`` rows per tr
    subprocess; changes/s is the changes over the wall clock from the command's start to its
    exit (start-up included; the time to the first micro-batch is reported beside it). The
    driver's peak RSS (its Python process and its JVM) is sampled every 0.2 s. Where the time
-   goes comes from Spark's own metrics, read from the run's event log: the query progress of
-   each micro-batch (planning, addBatch, offsets) and the stages' wall time inside addBatch.
+   goes: each micro-batch's progress, which the pipeline keeps with its commit in the
+   checkpoint (planning, offset log, the batch's work), and the wall time of Spark's stages
+   inside the batch's work, from the run's Spark event log.
 3. Live: the JSON stream's pipeline runs while a writer process commits ``--rate`` changes/s
    for ``--seconds``; each change's lag is the end of the first micro-batch whose end offset
-   covers its commit timestamp (from the event log) minus that commit timestamp. Where that
+   covers its commit timestamp (from the checkpoint) minus that commit timestamp. Where that
    time goes: the medians, over the micro-batches that carried the writer's changes, of
-   Spark's durations (``latestOffset``, ``addBatch``, the offset log) and of the time its
+   their durations (``latestOffset``, ``addBatch``, the offset log) and of the time Spark's
    tasks ran inside each batch, and the longest batch.
 
 Every phase checks what it produced and exits non-zero on a mismatch: the event files hold
@@ -291,10 +292,26 @@ def _descendants(pid: int) -> list[int]:
     return out
 
 
-def spark_metrics(eventlog: Path) -> dict[str, Any]:
-    """Per micro-batch: start and end (ms since the epoch), end watermark (µs), and Spark's
-    durations; plus the wall time of the stages that ran inside each batch."""
+def spark_metrics(eventlog: Path, destination: Path) -> dict[str, Any]:
+    """Per micro-batch, from the pipeline's checkpoint under ``destination`` (the metadata of
+    its commits): start and end (ms since the epoch), end watermark (µs), and its durations;
+    from Spark's event log, the application's start and the wall time of each stage."""
     batches: list[dict[str, Any]] = []
+    for commits in sorted(destination.glob("_changestream/*/checkpoint/commits")):
+        ids = sorted(int(entry.name) for entry in commits.iterdir() if entry.name.isdigit())
+        for batch_id in ids:
+            entry = commits / str(batch_id)
+            metadata = orjson.loads(entry.read_bytes().splitlines()[1])
+            durations = metadata["durationMs"]
+            begin = metadata["batchTimestampMs"]
+            batches.append(
+                {
+                    "begin": begin,
+                    "end": begin + durations["triggerExecution"],
+                    "watermark": metadata["watermark"],
+                    **durations,
+                }
+            )
     stages: list[tuple[int, int]] = []
     started: int | None = None
     for file in sorted(eventlog.rglob("events_*")):
@@ -304,24 +321,6 @@ def spark_metrics(eventlog: Path) -> dict[str, Any]:
                 kind = event["Event"]
                 if kind == "SparkListenerApplicationStart":
                     started = event["Timestamp"]
-                elif kind.endswith("QueryProgressEvent"):
-                    progress = event["progress"]
-                    if "batchId" not in progress or not progress.get("sources"):
-                        continue
-                    begin = _epoch_ms(progress["timestamp"])
-                    durations = progress["durationMs"]
-                    end_offset = progress["sources"][0]["endOffset"]
-                    if isinstance(end_offset, str):
-                        end_offset = json.loads(end_offset)
-                    batches.append(
-                        {
-                            "begin": begin,
-                            "end": begin + durations.get("triggerExecution", 0),
-                            "watermark": end_offset["watermark"],
-                            "rows": progress.get("numInputRows", 0),
-                            **{k: v for k, v in durations.items()},
-                        }
-                    )
                 elif kind == "SparkListenerStageCompleted":
                     info = event["Stage Info"]
                     if "Submission Time" in info and "Completion Time" in info:
@@ -329,15 +328,8 @@ def spark_metrics(eventlog: Path) -> dict[str, Any]:
     return {"app_start": started, "batches": batches, "stages": stages}
 
 
-def _epoch_ms(text: str) -> int:
-    import datetime as dt
-
-    moment = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    return int(moment.timestamp() * 1000)
-
-
 def breakdown(metrics: dict[str, Any], wall_s: float) -> dict[str, Any]:
-    """Where the run's time went, by Spark's own metrics (shares of the wall clock)."""
+    """Where the run's time went (shares of the wall clock)."""
     batches = [b for b in metrics["batches"] if b.get("addBatch")]
     if not batches:
         return {}
@@ -347,8 +339,8 @@ def breakdown(metrics: dict[str, Any], wall_s: float) -> dict[str, Any]:
             low, high = max(begin, batch["begin"]), min(end, batch["end"])
             in_tasks += max(0, high - low)
     add = sum(b["addBatch"] for b in batches)
-    planning = sum(b.get("latestOffset", 0) + b.get("queryPlanning", 0) for b in batches)
-    offsets = sum(b.get("walCommit", 0) + b.get("commitOffsets", 0) for b in batches)
+    planning = sum(b["latestOffset"] for b in batches)
+    offsets = sum(b["walCommit"] for b in batches)
     wall_ms = wall_s * 1000
     first = batches[0]["begin"]
     return {
@@ -401,9 +393,9 @@ def catch_up(
     wall = time.perf_counter() - began
     events = check_events(tmp / f"events-{fmt}", stream_name(fmt), changes)
     rows = check_replica(path, tmp, fmt)
-    metrics = spark_metrics(eventlog)
+    metrics = spark_metrics(eventlog, tmp / f"events-{fmt}")
     if not metrics["batches"]:
-        raise fail(f"catch-up {fmt}: Spark's event log shows no micro-batch")
+        raise fail(f"catch-up {fmt}: the pipeline's checkpoint shows no micro-batch")
     # Start-up: from the command's start to its first micro-batch (JVM, session, query).
     startup_s = (metrics["batches"][0]["begin"] - began_epoch_ms) / 1000
     return {
@@ -471,7 +463,7 @@ def live(path: str, tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
     _, everything = read_changes(path, 0, last)
     check_events(tmp / "events-json", name, everything)
     check_replica(path, tmp, "json")
-    metrics = spark_metrics(eventlog)
+    metrics = spark_metrics(eventlog, tmp / "events-json")
     batches = metrics["batches"]
     lags = []
     for ts, *_ in changes:
@@ -482,7 +474,7 @@ def live(path: str, tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
     ordered = sorted(lags)
     # Where a live change's wait goes: the micro-batches that carried the writer's changes.
     carried = [b for b in batches if warm < b["watermark"] and b["begin"] * 1000 < last]
-    phases = ("triggerExecution", "latestOffset", "addBatch", "walCommit", "commitOffsets")
+    phases = ("triggerExecution", "latestOffset", "addBatch", "walCommit")
     for batch in carried:
         batch["tasks"] = sum(
             max(0, min(end, batch["end"]) - max(begin, batch["begin"]))

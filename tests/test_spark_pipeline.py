@@ -420,6 +420,38 @@ def test_a_spark_driver_that_dies_ends_the_run_with_a_recorded_error(tmp_path: P
         assert catalog.describe("s1")["pipeline_attached"] is False
 
 
+def test_a_micro_batch_that_hangs_is_cancelled_and_ends_the_run_with_a_recorded_error(
+    spark: Any, tmp_path: Path
+) -> None:
+    path = str(tmp_path / "source.db")
+    _create_items(path, rows=0)
+    _stream(path, tmp_path, backfill="none")
+    with changestream.open(path) as db:
+        created = StreamCatalog(db).get("s1").definition.created_at
+        with db.transaction() as tx:
+            tx.insert("Items", ["Id", "Name", "Qty"], [[n, "x", n] for n in range(3)])
+    # The first micro-batch's task stages its replica rows at a path named by the batch and
+    # the task. A FIFO there, which nobody reads, blocks the task when it opens it: a real
+    # hang, in a real Spark task.
+    staged = tmp_path / "events" / "_changestream" / f"s1-{created}" / "staging" / "cdc-0"
+    (staged / "source_Items").mkdir(parents=True)
+    os.mkfifo(staged / "source_Items" / "00000.arrow")
+    began = time.monotonic()
+    with pytest.raises(PipelineFailed, match="a micro-batch made no progress for 3s"):
+        _run(spark, path, batch_timeout_seconds=3, attempts=1, restarts=0, poll_seconds=0.2)
+    assert time.monotonic() - began < 60
+    with changestream.open(path) as db:
+        catalog = StreamCatalog(db)
+        assert catalog.get("s1").state.value == "Failed"
+        assert any("made no progress" in e.message for e in catalog.errors("s1"))
+    # The hung batch's job was cancelled: nothing of it keeps running in the session.
+    tracker = spark.sparkContext.statusTracker()
+    deadline = time.monotonic() + 30
+    while tracker.getActiveJobsIds() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not tracker.getActiveJobsIds()
+
+
 def test_a_dropped_change_stream_fails_the_stream_permanently(spark: Any, tmp_path: Path) -> None:
     path = str(tmp_path / "source.db")
     _create_items(path, rows=3)

@@ -209,7 +209,8 @@ def test_ranges_planned_from_the_logged_offsets_are_the_ones_the_source_reads(
     # plans must be the same in every micro-batch, the first one included.
     from changestream.spark._options import parse_options
     from changestream.spark._source import ChangeStreamStreamReader
-    from changestream.spark.offset_log import batch_offsets
+    from changestream.spark.micro_batches import MicroBatchQuery
+    from changestream.spark.offset_log import batch_offsets, last_batch
 
     path = str(tmp_path / "items.db")
     db = create_items_db(path)
@@ -248,6 +249,27 @@ def test_ranges_planned_from_the_logged_offsets_are_the_ones_the_source_reads(
         planner.stop()
     assert len(read) > 3
     assert planned == read
+    # The pipeline's own micro-batches (MicroBatchQuery) plan as Spark's query did: the same
+    # batches, but for where the last one ends (each run reads up to when it started).
+    ours = tmp_path / "ours"
+    mine: list[set[tuple[str, int, int]]] = []
+    own_planner = ChangeStreamStreamReader(parse_options(options))
+
+    def plan(batch_id: int) -> None:
+        groups = own_planner.partitions(*batch_offsets(ours, batch_id, own_planner.initialOffset))
+        mine.append({(r.token, r.start, r.end) for g in groups for r in g.value})
+
+    own = MicroBatchQuery(ours, own_planner, plan, 0.0, True, "test-batches").start()
+    assert own.wait(120) and own.error is None
+    assert len(mine) == len(read) and mine[:-1] == read[:-1]
+    assert {r[:2] for r in mine[-1]} == {r[:2] for r in read[-1]}
+    # And they resume Spark's checkpoint after its last committed batch.
+    resumed: list[int] = []
+    after = MicroBatchQuery(checkpoint, own_planner, resumed.append, 0.0, True, "test-resume")
+    assert after.start().wait(120) and after.error is None
+    assert last_batch(checkpoint, "commits") == len(read) - 1 + len(resumed)
+    assert resumed == list(range(len(read), len(read) + len(resumed)))
+    own_planner.stop()
 
 
 def test_warming_the_workers_runs_in_the_background_and_ends(spark: Any) -> None:
@@ -257,10 +279,8 @@ def test_warming_the_workers_runs_in_the_background_and_ends(spark: Any) -> None
     thread.join(120)
     assert not thread.is_alive()
     # Its tasks import the task code (a failure there would only be logged).
-    ready = spark.range(0, 4, 1, 2).mapInArrow(_import_task_code, "ready long").toArrow()
-    assert sorted(ready.column("ready").to_pylist()) == [2, 2]
-    # Then it planned a read of its one-row source (the planner worker imports the source).
-    assert [row.ready for row in spark.read.format("changestream_warm_up").load().collect()] == [1]
+    ready = spark.sparkContext.parallelize(range(4), 2).mapPartitions(_import_task_code).collect()
+    assert sorted(ready) == [2, 2]
 
 
 def test_an_offset_log_entry_that_is_missing_or_not_understood_fails_clearly(
@@ -280,6 +300,32 @@ def test_an_offset_log_entry_that_is_missing_or_not_understood_fails_clearly(
         logged_offset(tmp_path, 1)
     (tmp_path / "offsets" / "2").write_text('v1\n{"batchWatermarkMs":0}\n{"version": 2}')
     assert logged_offset(tmp_path, 2) == {"version": 2}
+
+
+def test_the_offset_log_writes_whole_entries_and_keeps_the_last_batches(tmp_path: Path) -> None:
+    from changestream.spark.offset_log import (
+        RETAINED,
+        commit_metadata,
+        last_batch,
+        log_commit,
+        log_offset,
+        logged_offset,
+    )
+
+    assert last_batch(tmp_path, "offsets") is None
+    for batch_id in range(RETAINED + 5):
+        log_offset(tmp_path, batch_id, {"timestamp": batch_id}, now_ms=7)
+        log_commit(tmp_path, batch_id, {"watermark": batch_id})
+    newest = RETAINED + 4
+    assert last_batch(tmp_path, "offsets") == last_batch(tmp_path, "commits") == newest
+    assert logged_offset(tmp_path, newest) == {"timestamp": newest}
+    assert commit_metadata(tmp_path, newest)["watermark"] == newest
+    for log in ("offsets", "commits"):
+        kept = sorted(int(p.name) for p in (tmp_path / log).iterdir())
+        assert kept == list(range(5, newest + 1))
+    # What a write cut short leaves (a temporary file) is not an entry.
+    (tmp_path / "offsets" / f".{newest + 1}.tmp").write_text("v1\n{}")
+    assert last_batch(tmp_path, "offsets") == newest
 
 
 def _wait_for(sink: Path, expected: list[Any], timeout: float) -> list[Any]:

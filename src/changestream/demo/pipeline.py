@@ -315,7 +315,8 @@ def run_pipeline_demo(
                 "A stream reads a change stream and writes every existing row (backfill) and "
                 "every later change (CDC) as Datastream-style events to files, and keeps a "
                 "Delta Lake replica of each table equal to the source. The pipeline is a Spark "
-                "Structured Streaming job over the changestream data source."
+                "job in micro-batches, planned as the changestream data source plans a "
+                "streaming query's."
             ),
             title=f"changestream {changestream.__version__} pipeline demo",
         )

@@ -1,23 +1,18 @@
-"""Watching and stopping a pipeline's streaming query: the heartbeat ``streams describe``
-shows, a watchdog for stuck micro-batches, stopping between batches, the frontier a batch
-reached, and work run beside the micro-batches."""
+"""Around a pipeline's micro-batches: the heartbeat ``streams describe`` shows, whether Spark is
+still there, stopping the session, and work run beside the micro-batches."""
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
-import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pyspark.sql import SparkSession
-from pyspark.sql.streaming.query import StreamingQuery
 
 from changestream.errors import (
     ChangeStreamError,
 )
-from changestream.spark.frontier import Frontier
 
 if TYPE_CHECKING:
     from changestream.spark.pipeline import SparkPipeline
@@ -51,37 +46,15 @@ class Heartbeat:
         self._beat_once(False)
 
 
-class Watchdog:
-    """Notices a micro-batch that stays active without finishing for ``timeout`` seconds."""
-
-    def __init__(self, timeout: float) -> None:
-        self._timeout = timeout
-        self._since: float | None = None
-        self._batch: object = None
-
-    def stuck(self, query: StreamingQuery) -> bool:
-        progress = query.lastProgress
-        batch = None if not progress else progress.get("batchId")
-        if not query.status.get("isTriggerActive") or batch != self._batch:
-            self._since, self._batch = None, batch
-            return False
-        if self._since is None:
-            self._since = time.monotonic()
-        return time.monotonic() - self._since > self._timeout
-
-
-def stop_between_batches(query: StreamingQuery, patience: float = 30.0) -> None:
-    """Stop the query, letting a running micro-batch finish first (so it is not replayed)."""
+def spark_is_gone(spark: SparkSession) -> str | None:
+    """Why ``spark`` cannot run jobs any more (its driver JVM gone, its context stopped), or
+    None while it can."""
     try:
-        deadline = time.monotonic() + patience
-        while (
-            query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline
-        ):
-            time.sleep(0.05)
-        if query.isActive:
-            query.stop()
-    except Exception as exc:  # the JVM is gone: nothing left to stop
-        log.debug("stopping the query failed: %s", exc)
+        stopped = spark.sparkContext._jsc.sc().isStopped()
+    except Exception as exc:  # py4j: the JVM is gone
+        lines = str(exc).strip().splitlines() or ["no answer"]
+        return f"{type(exc).__name__}: {lines[0]}"
+    return "the Spark context was stopped" if stopped else None
 
 
 def stop_session(spark: SparkSession) -> None:
@@ -101,20 +74,6 @@ def stop_session(spark: SparkSession) -> None:
         threading.Thread(
             target=accumulators.shutdown, name="spark-accumulators-stop", daemon=True
         ).start()
-
-
-def frontier_of(query: StreamingQuery) -> int | None:
-    """The commit timestamp through which the last finished micro-batch read every record
-    (the offset's watermark)."""
-    progress = query.lastProgress
-    if not progress or not progress.get("sources"):
-        return None
-    offset: Any = progress["sources"][0].get("endOffset")
-    if isinstance(offset, str):
-        offset = json.loads(offset)
-    if not isinstance(offset, dict):
-        return None
-    return Frontier.from_offset(offset).watermark
 
 
 class Background:

@@ -6,15 +6,12 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Final
 
-import pyarrow as pa
 from pyspark.sql import SparkSession
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
-from pyspark.sql.types import StructType
 
 from changestream.spark.jvm_archive import driver_java_options
 
@@ -33,13 +30,14 @@ def local_session(
     app_name: str = "changestream",
     log: str | os.PathLike[str] | None = None,
     warm: bool = False,
+    source: bool = True,
 ) -> SparkSession:
     """A SparkSession on ``master`` whose Python workers run this interpreter (so they see
-    the same packages), with the ``changestream`` source registered. With ``log``, the JVM's
-    own output (its WARN lines, progress bars) goes to that file, not to this terminal. With
-    ``warm``, :func:`warm_workers` starts as soon as the session is up, while the source is
-    registered (a 300,000-change catch-up reached its first micro-batch about 0.3 s sooner
-    than when warming began after registering).
+    the same packages), with the ``changestream`` source registered (unless not ``source``:
+    the pipeline plans its micro-batches itself, and registering a Python data source costs
+    a Python process of Spark's, about a second on two cores). With ``log``, the JVM's own
+    output (its WARN lines, progress bars) goes to that file, not to this terminal. With
+    ``warm``, :func:`warm_workers` starts as soon as the session is up.
 
     A new driver JVM gets :data:`DRIVER_JAVA_OPTIONS` and maps the class archive of
     :mod:`changestream.spark.jvm_archive` when there is one (``changestream pipeline
@@ -75,7 +73,8 @@ def local_session(
         spark.sparkContext.setLogLevel("ERROR")
     if warm:
         warm_workers(spark)
-    register(spark)
+    if source:
+        register(spark)
     return spark
 
 
@@ -104,18 +103,16 @@ def _stderr_to(log: Path) -> Iterator[None]:
 
 def warm_workers(spark: SparkSession) -> threading.Thread:
     """Start, in the background, what a pipeline's first micro-batch would otherwise wait for:
-    Spark's Python workers, with the pipeline's task code imported (a tiny ``mapInArrow``
-    job), then the worker that plans Python data sources, with the ``changestream`` source
-    imported (a tiny read of a one-row source). The workers stay for the micro-batches (Spark
-    reuses them). A failure here only costs the head start: the micro-batch meets it again
-    and reports it."""
+    Spark's Python workers, with the pipeline's task code imported (a tiny job). The workers
+    stay for the micro-batches (Spark reuses them). A failure here only costs the head start:
+    the micro-batch meets it again and reports it."""
 
     def run() -> None:
         try:
             slots = spark.sparkContext.defaultParallelism
-            spark.range(0, slots, 1, slots).mapInArrow(_import_task_code, "ready long").toArrow()
-            spark.dataSource.register(_WarmUpSource)
-            spark.read.format(_WarmUpSource.name()).load().collect()
+            spark.sparkContext.parallelize(range(slots), slots).mapPartitions(
+                _import_task_code
+            ).collect()
         except Exception as exc:
             log.debug("warming Spark's Python workers failed: %s", exc)
 
@@ -124,29 +121,7 @@ def warm_workers(spark: SparkSession) -> threading.Thread:
     return thread
 
 
-def _import_task_code(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def _import_task_code(items: Iterable[int]) -> Iterator[int]:
     import changestream.spark._tasks  # noqa: F401
 
-    yield pa.RecordBatch.from_pydict({"ready": [sum(b.num_rows for b in batches)]})
-
-
-class _WarmUpSource(DataSource):
-    """One row; planning it imports the ``changestream`` source in Spark's planner worker,
-    which then plans the pipeline's own source without importing anything."""
-
-    @classmethod
-    def name(cls) -> str:
-        return "changestream_warm_up"
-
-    def schema(self) -> str:
-        return "ready int"
-
-    def reader(self, schema: StructType) -> DataSourceReader:
-        import changestream.spark._source  # noqa: F401
-
-        return _WarmUpReader()
-
-
-class _WarmUpReader(DataSourceReader):
-    def read(self, partition: InputPartition) -> Iterator[tuple[int]]:
-        yield (1,)
+    yield sum(1 for _ in items)

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import functools
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
 import pyarrow as pa
 from pyspark import TaskContext
+from pyspark.sql import SparkSession
 
 from changestream.datastream.events import Event, backfill_events, record_events
 from changestream.datastream.segments import (
@@ -52,10 +53,6 @@ SUMMARY_SCHEMA: Final = pa.schema(
         ("seq", pa.int64()),
         ("read_timestamp", pa.int64()),
     ]
-)
-#: The same as a Spark DDL schema (``mapInArrow``'s return type).
-SUMMARY_DDL: Final = ", ".join(
-    f"{f.name} {'string' if f.type == pa.string() else 'bigint'}" for f in SUMMARY_SCHEMA
 )
 Summary = tuple[str, str, str, int, int, int]
 
@@ -136,16 +133,6 @@ def _segments(written: Iterable[tuple[str, Path, int]], seq: int) -> list[Summar
     return [("events", obj, str(path), n, seq, 0) for obj, path, n in written]
 
 
-def _summary(rows: list[Summary]) -> pa.RecordBatch:
-    columns: list[Sequence[object]] = (
-        list(zip(*rows, strict=True)) if rows else [[] for _ in SUMMARY_SCHEMA]
-    )
-    return pa.RecordBatch.from_arrays(
-        [pa.array(c, f.type) for c, f in zip(columns, SUMMARY_SCHEMA, strict=True)],
-        schema=SUMMARY_SCHEMA,
-    )
-
-
 #: Mods turned into events at a time (bounds a task's memory whatever a range holds).
 _EVENTS_PER_CHUNK: Final = 8192
 
@@ -184,8 +171,8 @@ def _events(
 
 @dataclass(frozen=True, slots=True)
 class CdcTask:
-    """``mapInArrow`` function of micro-batch ``batch_id`` over ``spark.range(len(groups))``:
-    each id reads the partition ranges of that group from ``database`` and turns them into
+    """``mapPartitions`` function of micro-batch ``batch_id`` over the indexes of ``groups``:
+    each index reads the partition ranges of that group from ``database`` and turns them into
     events, so the changes cross no process boundary on their way to events; summary rows
     out."""
 
@@ -196,13 +183,13 @@ class CdcTask:
     change_stream: str
     groups: tuple[tuple[ReadRange, ...], ...]
 
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def __call__(self, indexes: Iterable[int]) -> Iterator[Summary]:
         context = TaskContext.get()
         task = 0 if context is None else context.partitionId()
         writer = self.plan.writer(CDC_LANE, self.batch_id, task)
         staging = _Staging(self.plan)
         db = open_database(self.database, self.token)
-        reads = [read for b in batches for i in b.column(0).to_pylist() for read in self.groups[i]]
+        reads = [read for i in indexes for read in self.groups[i]]
         try:
             for read in reads:
                 for events in range_events(self.plan, db, self.change_stream, read):
@@ -218,7 +205,7 @@ class CdcTask:
         if reads:
             # Where the task's read ranges begin: no change it read is older.
             rows.append((WINDOW, "*", "", 0, self.batch_id, min(r.start for r in reads)))
-        yield _summary(rows)
+        yield from rows
 
 
 #: The summary row kind of a CDC task's read window (``read_timestamp``: where it begins).
@@ -271,7 +258,7 @@ class BackfillTask:
 
 @dataclass(frozen=True, slots=True)
 class PublishTask:
-    """``mapInArrow`` function over ``spark.range(len(directories))``: each id publishes that
+    """``mapPartitions`` function over the indexes of ``directories``: each publishes that
     lane directory (see ``datastream.segments``) and reports the files it wrote as
     ``events`` summary rows (``events`` is 0: the count is not read back)."""
 
@@ -281,20 +268,32 @@ class PublishTask:
     format: str
     max_file_bytes: int
 
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        rows: list[Summary] = []
-        for batch in batches:
-            for index in batch.column(0).to_pylist():
-                directory = Path(self.directories[index])
-                written = publish_lane(
-                    directory,
-                    Path(self.destination),
-                    self.incarnation,
-                    self.format,
-                    self.max_file_bytes,
-                )
-                rows += [("events", directory.parent.name, str(f), 0, 0, 0) for f in written]
-        yield _summary(rows)
+    def __call__(self, indexes: Iterable[int]) -> Iterator[Summary]:
+        for index in indexes:
+            directory = Path(self.directories[index])
+            written = publish_lane(
+                directory,
+                Path(self.destination),
+                self.incarnation,
+                self.format,
+                self.max_file_bytes,
+            )
+            yield from (("events", directory.parent.name, str(f), 0, 0, 0) for f in written)
+
+
+def run_tasks(
+    spark: SparkSession,
+    task: Callable[[Iterable[Any]], Iterator[Summary]],
+    items: int | Sequence[Any],
+) -> list[dict[str, Any]]:
+    """Run ``task`` over ``items`` (or the indexes ``range(items)``) in Spark tasks, one item
+    each; the summary rows they report, as dicts.
+
+    Plain RDD tasks, not a DataFrame's: a pipeline's jobs need no query planning, and the
+    first one of a session starts sooner without it."""
+    data = range(items) if isinstance(items, int) else list(items)
+    rows = spark.sparkContext.parallelize(data, len(data)).mapPartitions(task).collect()
+    return [dict(zip(SUMMARY_SCHEMA.names, row, strict=True)) for row in rows]
 
 
 def read_staged(paths: Iterable[str]) -> pa.Table | None:

@@ -1,10 +1,11 @@
-"""The Datastream-style pipeline: one Spark Structured Streaming job per stream.
+"""The Datastream-style pipeline: one Spark job in micro-batches per stream.
 
-The job plans micro-batches with the ``changestream`` source from the position ``streams start``
-fixed; the driver plans each batch's partition ranges from the offsets Spark logged for it
-(see ``offset_log``). The work happens in Spark tasks (see ``tasks``): each task reads its
-ranges' changes, turns them into events, writes them to segments and stages the newest change
-per key for the Delta replica. The driver then, per micro-batch:
+The driver plans micro-batches from the position ``streams start`` fixed, with the
+``changestream`` source's own planning (see ``micro_batches``): each batch's end offset is
+logged to the checkpoint before it runs, and the batch's partition ranges are planned from the
+logged offsets (see ``offset_log``). The work happens in Spark tasks (see ``_tasks``): each
+task reads its ranges' changes, turns them into events, writes them to segments and stages the
+newest change per key for the Delta replica. The driver then, per micro-batch:
 
 1. backfills the objects that need it (chunks read, turned into events and written by tasks;
    the driver records which chunks are done);
@@ -13,7 +14,7 @@ per key for the Delta replica. The driver then, per micro-batch:
 4. publishes the segments whose rotation is due as event files (by tasks again);
 5. records progress (a replayed batch is counted once).
 
-Spark commits a micro-batch only after all of that succeeded, so a crash replays it: nothing
+A micro-batch is committed only after all of that succeeded, so a crash replays it: nothing
 is lost, a replay rewrites the same segments and the same replica rows, and every change
 committed after ``streams start`` becomes an event. A heartbeat tells ``streams describe``
 that a pipeline is attached. The run never hangs: a micro-batch with no progress for
@@ -34,8 +35,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import tenacity
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.streaming.query import StreamingQuery
+from pyspark.sql import SparkSession
 
 from changestream.clock import format_ts, now_us
 from changestream.datastream.backfill_jobs import ACTIVE_STATUSES, WHERE, filtered_keys
@@ -58,15 +58,7 @@ from changestream.errors import (
 from changestream.retry import retrying
 from changestream.spark._backfill import DONE_PREFIX, PLAN, KeyCodec, chunks, plan_boundaries
 from changestream.spark._options import parse_options
-from changestream.spark._query_control import (
-    Background,
-    Heartbeat,
-    Watchdog,
-    frontier_of,
-    stop_between_batches,
-    stop_session,
-)
-from changestream.spark._rows import spark_schema
+from changestream.spark._query_control import Background, Heartbeat, spark_is_gone, stop_session
 from changestream.spark._run_status import (
     DEFAULT_MAX_BYTES_PER_TRIGGER as DEFAULT_MAX_BYTES_PER_TRIGGER,
 )
@@ -78,21 +70,17 @@ from changestream.spark._run_status import PipelineFailed as PipelineFailed
 from changestream.spark._run_status import PipelineOptions as PipelineOptions
 from changestream.spark._run_status import PipelineStatus as PipelineStatus
 from changestream.spark._session import local_session, warm_workers
-from changestream.spark._source import (
-    ChangeStreamStreamReader,
-    check_stream,
-    workers_import_changestream,
-)
+from changestream.spark._source import ChangeStreamStreamReader, check_stream
 from changestream.spark._tasks import (
-    SUMMARY_DDL,
-    SUMMARY_SCHEMA,
     WINDOW,
     BackfillTask,
     CdcTask,
     PublishTask,
     TaskPlan,
     read_staged,
+    run_tasks,
 )
+from changestream.spark.micro_batches import MicroBatchQuery
 from changestream.spark.offset_log import batch_offsets
 from changestream.spark.replica import DeltaReplica
 from changestream.streams.opening import open_database
@@ -130,6 +118,8 @@ class SparkPipeline:
         self._lag: float | None = None
         self._last = PipelineStatus(state=StreamState.STARTING.value)
         self._stop_requested = threading.Event()
+        #: Set when the watchdog cancelled the running micro-batch: its jobs are not retried.
+        self._cancelled = threading.Event()
         self._runner: threading.Thread | None = None
         self._outcome: PipelineStatus | BaseException | None = None
         self._planner: ChangeStreamStreamReader | None = None
@@ -138,8 +128,9 @@ class SparkPipeline:
 
     @property
     def checkpoint(self) -> Path:
-        """Where Spark keeps the query's offsets and commits: one directory per stream
-        incarnation, so a stream deleted and created again under the same name starts anew."""
+        """Where the micro-batches' offsets and commits are kept (see ``offset_log``): one
+        directory per stream incarnation, so a stream deleted and created again under the same
+        name starts anew."""
         return self._work / "checkpoint"
 
     @property
@@ -224,7 +215,11 @@ class SparkPipeline:
         spark = self._spark
         if spark is None:
             spark = local_session(
-                self.options.master, f"changestream-{self.name}", log=self.spark_log, warm=True
+                self.options.master,
+                f"changestream-{self.name}",
+                log=self.spark_log,
+                warm=True,
+                source=False,
             )
         else:
             warm_workers(spark)
@@ -253,6 +248,7 @@ class SparkPipeline:
         if self.catalog.get(self.name).state is StreamState.FAILED:
             self.catalog.transition(self.name, "retry")  # a restart after a failure
         self._failure = None
+        self._cancelled.clear()
         self._drop_publication()  # a failed run's, before a restart
         try:
             self._guard(lambda: self._begin(spark))
@@ -267,7 +263,7 @@ class SparkPipeline:
             try:
                 status = self._monitor(spark, query, target)
             finally:
-                stop_between_batches(query)
+                query.stop()
                 self._stop_planner()
             # Close the files of every event landed so far (their rotation may not be due):
             # a stopped pipeline leaves nothing unpublished.
@@ -336,33 +332,22 @@ class SparkPipeline:
         self._follow_schemas(plan)
         self._backfill(spark, plan)
 
-    def _start_query(self, spark: SparkSession, start: int, available_now: bool) -> StreamingQuery:
+    def _start_query(self, spark: SparkSession, start: int, available_now: bool) -> MicroBatchQuery:
         options = self._source_options(start)
         checked = parse_options(options)
-        # What load() checks (the stream exists, the start is in retention), on this side: with
-        # the schema given, Spark starts no Python worker to ask the source for it (about
-        # 1.4 s of a start). Unless the source is the stand-in explaining why Spark's workers
-        # cannot import changestream, whose load() must say so.
+        # What a Spark query's load() checks: the stream exists, the start is in retention.
         check_stream(checked)
-        reader = spark.readStream.format("changestream").options(**options)
-        if workers_import_changestream(spark):
-            reader = reader.schema(spark_schema(row_per_mod=False, row_per_range=True))
-        # The same planning as the query's source, on this side (see ``offset_log``).
         self._stop_planner()
         self._planner = ChangeStreamStreamReader(checked)
-        writer = (
-            reader.load()
-            .writeStream.foreachBatch(self._process)
-            .option("checkpointLocation", str(self.checkpoint))
-            .queryName(f"changestream_{self.name}".replace("-", "_"))
-        )
-        if available_now:
-            writer = writer.trigger(availableNow=True)
-        else:
-            writer = writer.trigger(
-                processingTime=f"{int(self.trigger_seconds * 1000)} milliseconds"
-            )
-        return writer.start()
+        trigger = 0.0 if available_now else self.trigger_seconds
+        return MicroBatchQuery(
+            self.checkpoint,
+            self._planner,
+            functools.partial(self._process, spark),
+            trigger,
+            available_now,
+            f"pipeline-{self.name}-batches",
+        ).start()
 
     def _stop_planner(self) -> None:
         if self._planner is not None:
@@ -378,35 +363,38 @@ class SparkPipeline:
         return self.options.trigger_seconds if freshness is None else freshness / 3
 
     def _monitor(
-        self, spark: SparkSession, query: StreamingQuery, target: int | None, drain: bool = True
+        self, spark: SparkSession, query: MicroBatchQuery, target: int | None, drain: bool = True
     ) -> PipelineStatus:
         """Watch ``query`` until it ends, fails, or the stream is paused, deleted or (with
         ``drain``) draining."""
-        watchdog = Watchdog(self.options.batch_timeout_seconds)
         while True:
+            ended = query.wait(self.options.poll_seconds)
             try:
-                ended = query.awaitTermination(self.options.poll_seconds)  # type: ignore[arg-type]
                 status = self._status(query, target)
-                stuck = watchdog.stuck(query)
-            except PipelineFailed:
-                raise
-            except Exception as exc:  # py4j: the driver's JVM is gone
-                message = f"Spark failed: {type(exc).__name__}: {str(exc).splitlines()[0]}"
+            except ChangeStreamError as exc:  # the source is away
+                message, retriable = classify(exc)
+                raise PipelineFailed(f"stream {self.name!r} failed: {message}", retriable) from exc
+            running = query.running_batch()
+            stuck = running is not None and running[1] > self.options.batch_timeout_seconds
+            gone = spark_is_gone(spark)
+            if gone is not None:
+                message = f"Spark failed: {gone}"
                 self.catalog.fail(self.name, "*", message, True)
-                raise PipelineFailed(f"stream {self.name!r} failed: {message}", False) from exc
+                raise PipelineFailed(f"stream {self.name!r} failed: {message}", False)
             self._last = status
             if self._on_status is not None:
                 self._on_status(status)
             if self._stop_requested.is_set():
                 return status
             if stuck:
+                self._cancel_batch(spark)
                 message = (
                     f"a micro-batch made no progress for {self.options.batch_timeout_seconds:g}s"
                 )
                 self.catalog.fail(self.name, "*", message, True)
                 raise PipelineFailed(f"stream {self.name!r} failed: {message}", True)
-            if ended or not query.isActive:
-                error = query.exception()
+            if ended:
+                error = query.error
                 if error is None and target is not None:
                     return status  # availableNow: everything up to the target has landed
                 failure = self._failure or self._source_failure(error or "the query stopped")
@@ -419,16 +407,28 @@ class SparkPipeline:
             if drain and status.state == StreamState.DRAINING.value:
                 return self._drain(spark, query)
 
-    def _drain(self, spark: SparkSession, query: StreamingQuery) -> PipelineStatus:
+    @property
+    def _job_group(self) -> str:
+        return f"changestream-pipeline-{self.name}"
+
+    def _cancel_batch(self, spark: SparkSession) -> None:
+        """Cancel the Spark jobs of the micro-batch running now (they fail it, untried)."""
+        self._cancelled.set()
+        try:
+            spark.sparkContext.cancelJobGroup(self._job_group)
+        except Exception as exc:  # the JVM is gone: nothing left to cancel
+            log.debug("cancelling the micro-batch's jobs failed: %s", exc)
+
+    def _drain(self, spark: SparkSession, query: MicroBatchQuery) -> PipelineStatus:
         """Finish everything committed until now with an ``availableNow`` query, then Paused."""
-        stop_between_batches(query)
+        query.stop()
         start = self.catalog.progress(self.name).cdc_start_timestamp
         assert start is not None
         final = self._start_query(spark, start, available_now=True)
         try:
             status = self._monitor(spark, final, target=now_us(), drain=False)
         finally:
-            stop_between_batches(final)
+            final.stop()
         self._guard(lambda: self._publish(spark, force=True))
         self.catalog.transition(self.name, "drained")
         status.state = StreamState.PAUSED.value
@@ -446,25 +446,23 @@ class SparkPipeline:
             return BatchError("*", message, retriable)
         return BatchError("*", str(error).splitlines()[0], True)
 
-    def _status(self, query: StreamingQuery, target: int | None) -> PipelineStatus:
+    def _status(self, query: MicroBatchQuery, target: int | None) -> PipelineStatus:
         try:
             state = self.catalog.get(self.name).state.value
         except NotFound:
             state = DELETED
-        frontier = frontier_of(query)
+        frontier = query.frontier
         if frontier is not None and frontier != self._reported and state != DELETED:
             self.catalog.update_progress(self.name, last_commit_timestamp=frontier)
             self._reported = frontier
         progress = self.catalog.progress(self.name) if state != DELETED else None
-        query_status = query.status
         status = PipelineStatus(
             state=state,
             rows_processed=0 if progress is None else progress.rows_processed,
             frontier=frontier,
             target=target,
             backfill={} if progress is None else {k: v.status for k, v in progress.objects.items()},
-            idle=not query_status.get("isDataAvailable")
-            and not query_status.get("isTriggerActive"),
+            idle=query.idle,
         )
         self._lag = status.lag_seconds
         return status
@@ -492,9 +490,11 @@ class SparkPipeline:
     def _tables(self) -> dict[str, Table]:
         return {t.name: t for t in self.definition.tables(self.db)}
 
-    def _process(self, batch: DataFrame, batch_id: int) -> None:
+    def _process(self, spark: SparkSession, batch_id: int) -> None:
         try:
-            spark = batch.sparkSession
+            # The micro-batch thread's jobs, which a stuck batch's watchdog cancels.
+            description = f"changestream pipeline {self.name}, micro-batch {batch_id}"
+            spark.sparkContext.setJobGroup(self._job_group, description, interruptOnCancel=True)
             # `streams update` may have changed the objects, rotation or format meanwhile (a
             # deleted stream keeps its last definition: the monitor stops the run).
             with contextlib.suppress(NotFound):
@@ -557,10 +557,7 @@ class SparkPipeline:
             self.definition.change_stream,
             groups,
         )
-        count = len(groups)
-        rows = spark.range(0, count, 1, count).mapInArrow(task, SUMMARY_DDL).toArrow()
-        summary: list[dict[str, Any]] = rows.to_pylist()
-        return summary
+        return run_tasks(spark, task, len(groups))
 
     def _attempts(self, obj: str, work: Callable[[], T]) -> T:
         """``work()``, tried ``attempts`` times with jittered backoff while it fails retriably;
@@ -576,7 +573,7 @@ class SparkPipeline:
         backoff = self.options.backoff_seconds
         try:
             for attempt in retrying(
-                lambda exc: classify(exc)[1],
+                lambda exc: classify(exc)[1] and not self._cancelled.is_set(),
                 first=backoff,
                 most=backoff * 2 ** max(0, self.options.attempts - 1),
                 attempts=self.options.attempts,
@@ -667,14 +664,9 @@ class SparkPipeline:
             definition.max_file_bytes,
         )
         obj = lanes[0].obj if len({lane.obj for lane in lanes}) == 1 else "*"
-        # A range and mapInArrow, not an RDD: the tasks reuse the Python workers of the
-        # micro-batches instead of starting workers of their own.
-        count = len(lanes)
 
         def publish() -> None:
-            self._attempts(
-                obj, lambda: spark.range(0, count, 1, count).mapInArrow(task, SUMMARY_DDL).toArrow()
-            )
+            self._attempts(obj, lambda: run_tasks(spark, task, len(lanes)))
 
         if force:
             publish()
@@ -751,9 +743,7 @@ class SparkPipeline:
                 log.info("backfill %s stopped with %d chunks unread", obj, len(todo) - first)
                 return
             part = todo[first : first + wave]
-            rdd = spark.sparkContext.parallelize(part, len(part)).mapPartitions(task)
-            rows = self._attempts(obj, rdd.collect)
-            summary = [dict(zip(SUMMARY_SCHEMA.names, row, strict=True)) for row in rows]
+            summary = self._attempts(obj, functools.partial(run_tasks, spark, task, part))
             self._merge(plan, summary, f"backfill-{obj}")
             done = [row for row in summary if row["kind"] == "chunk"]
             self.catalog.set_object_backfill(
