@@ -93,13 +93,12 @@ class MicroBatchQuery:
         self._thread.join(timeout)
         return not self._thread.is_alive()
 
-    def stop(self, patience: float = 30.0) -> None:
-        """End the query, letting a running batch finish first (so it is not replayed), at
-        most ``patience`` seconds."""
+    def stop(self, patience: float = 30.0) -> bool:
+        """End the query, letting a running batch finish first (so it is not replayed), for
+        at most ``patience`` seconds; whether it ended."""
         self._stopping.set()
         self._thread.join(patience)
-        if self._thread.is_alive():
-            log.warning("micro-batch still running after %.0fs; left to end alone", patience)
+        return not self._thread.is_alive()
 
     def _run(self) -> None:
         try:
@@ -126,7 +125,7 @@ class MicroBatchQuery:
                 planned_s = 0.0
             else:
                 start = logged_offset(checkpoint, batch_id - 1) if batch_id else None
-                start = start if start is not None else planner.initialOffset()
+                start = planner.initialOffset() if start is None else start
                 end = planner.latestOffset(start, limit)
                 planned_s = time.monotonic() - began
                 if end == start:

@@ -263,7 +263,7 @@ class SparkPipeline:
             try:
                 status = self._monitor(spark, query, target)
             finally:
-                query.stop()
+                self._end(spark, query)
                 self._stop_planner()
             # Close the files of every event landed so far (their rotation may not be due):
             # a stopped pipeline leaves nothing unpublished.
@@ -411,6 +411,14 @@ class SparkPipeline:
     def _job_group(self) -> str:
         return f"changestream-pipeline-{self.name}"
 
+    def _end(self, spark: SparkSession, query: MicroBatchQuery) -> None:
+        """Stop ``query`` between micro-batches; a batch still running after the patience
+        has its jobs cancelled, so no other query of the checkpoint runs beside it."""
+        if not query.stop():
+            log.warning("stream %s: a micro-batch still runs; cancelling its jobs", self.name)
+            self._cancel_batch(spark)
+            query.stop()
+
     def _cancel_batch(self, spark: SparkSession) -> None:
         """Cancel the Spark jobs of the micro-batch running now (they fail it, untried)."""
         self._cancelled.set()
@@ -421,14 +429,14 @@ class SparkPipeline:
 
     def _drain(self, spark: SparkSession, query: MicroBatchQuery) -> PipelineStatus:
         """Finish everything committed until now with an ``availableNow`` query, then Paused."""
-        query.stop()
+        self._end(spark, query)
         start = self.catalog.progress(self.name).cdc_start_timestamp
         assert start is not None
         final = self._start_query(spark, start, available_now=True)
         try:
             status = self._monitor(spark, final, target=now_us(), drain=False)
         finally:
-            final.stop()
+            self._end(spark, final)
         self._guard(lambda: self._publish(spark, force=True))
         self.catalog.transition(self.name, "drained")
         status.state = StreamState.PAUSED.value
