@@ -67,13 +67,9 @@ class MicroBatchQuery:
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     def start(self) -> MicroBatchQuery:
+        """Start the micro-batches in their thread; returns the query."""
         self._thread.start()
         return self
-
-    @property
-    def active(self) -> bool:
-        """Whether the query still runs (it has not ended, failed or been stopped)."""
-        return self._thread.is_alive()
 
     @property
     def idle(self) -> bool:
