@@ -80,13 +80,32 @@ class _GzipJsonSink(_JsonSink):
         self._gzip.close()  # writes the member's trailer; the file stays open
 
 
+class _CountedFile:
+    """Writes to ``fo`` and counts the bytes: what ``fo.tell()`` says, without the system
+    call a buffered file's ``tell()`` makes (once per event, it was 6 % of an Avro task)."""
+
+    def __init__(self, fo: IO[bytes]) -> None:
+        self._fo = fo
+        self.written = 0
+
+    def write(self, data: bytes) -> int:
+        self.written += len(data)
+        return self._fo.write(data)
+
+    def flush(self) -> None:
+        self._fo.flush()
+
+    def seekable(self) -> bool:
+        return False  # a new file: fastavro must not read a header to append to
+
+
 class _AvroSink:
     def __init__(self, fo: IO[bytes], event: Event, max_file_bytes: int) -> None:
-        self._fo = fo
+        self._fo = _CountedFile(fo)
         # fastavro writes a block once it holds sync_interval bytes, so the bytes written so
         # far lag the true size by less than a block: cap the block at 1/8 of a file.
         self._writer = fastavro.write.Writer(
-            fo,
+            cast(IO[bytes], self._fo),
             avro_plan_of(event).schema,
             sync_interval=max(1, min(_AVRO_BLOCK_BYTES, max_file_bytes // 8)),
             metadata={
@@ -97,7 +116,7 @@ class _AvroSink:
 
     def write(self, event: Event) -> int:
         self._writer.write(avro_record(event))
-        return self._fo.tell()
+        return self._fo.written
 
     def finish(self) -> None:
         self._writer.flush()
