@@ -328,13 +328,25 @@ def spark_metrics(eventlog: Path, destination: Path) -> dict[str, Any]:
     return {"app_start": started, "batches": batches, "stages": stages}
 
 
+def _union(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The intervals merged where they overlap (stages that ran at the same time, such as a
+    publication beside a micro-batch's tasks, count once)."""
+    merged: list[tuple[int, int]] = []
+    for begin, end in sorted(intervals):
+        if merged and begin <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((begin, end))
+    return merged
+
+
 def breakdown(metrics: dict[str, Any], wall_s: float) -> dict[str, Any]:
     """Where the run's time went (shares of the wall clock)."""
     batches = [b for b in metrics["batches"] if b.get("addBatch")]
     if not batches:
         return {}
     in_tasks = 0
-    for begin, end in metrics["stages"]:
+    for begin, end in _union(metrics["stages"]):
         for batch in batches:
             low, high = max(begin, batch["begin"]), min(end, batch["end"])
             in_tasks += max(0, high - low)
@@ -478,7 +490,7 @@ def live(path: str, tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
     for batch in carried:
         batch["tasks"] = sum(
             max(0, min(end, batch["end"]) - max(begin, batch["begin"]))
-            for begin, end in metrics["stages"]
+            for begin, end in _union(metrics["stages"])
         )
     return {
         **{
