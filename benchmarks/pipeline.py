@@ -52,6 +52,7 @@ import changestream
 from changestream import DataChangeRecord
 from changestream.embedded.database import store_of
 from changestream.spark import jvm_archive
+from changestream.spark.offset_log import commit_metadata
 from checks import CheckFailed, goal, goals
 
 log = logging.getLogger("pipeline_bench")
@@ -300,8 +301,7 @@ def spark_metrics(eventlog: Path, destination: Path) -> dict[str, Any]:
     for commits in sorted(destination.glob("_changestream/*/checkpoint/commits")):
         ids = sorted(int(entry.name) for entry in commits.iterdir() if entry.name.isdigit())
         for batch_id in ids:
-            entry = commits / str(batch_id)
-            metadata = orjson.loads(entry.read_bytes().splitlines()[1])
+            metadata = commit_metadata(commits.parent, batch_id)
             durations = metadata["durationMs"]
             begin = metadata["batchTimestampMs"]
             batches.append(

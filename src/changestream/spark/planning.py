@@ -153,7 +153,8 @@ def _rows(
     it, and (only when ``sized``, else 0) its JSON size shared among them."""
     for record in records:
         rows = len(record.mods) if row_per_mod else 1
-        yield record.commit_timestamp, rows, len(record.to_json()) // rows if sized else 0
+        if rows:
+            yield record.commit_timestamp, rows, len(record.to_json()) // rows if sized else 0
 
 
 def next_frontier(
