@@ -59,7 +59,6 @@ class MicroBatchQuery:
         self._stopping = threading.Event()
         self._lock = threading.Lock()
         self._running_since: float | None = None
-        self._batch_id: int | None = None
         self._idle = False
         self.error: BaseException | None = None
         #: The commit timestamp through which the last committed batch read every record.
@@ -77,12 +76,12 @@ class MicroBatchQuery:
         with self._lock:
             return self._idle and self._running_since is None
 
-    def running_batch(self) -> tuple[int, float] | None:
-        """The batch running now and for how many seconds, or None between batches."""
+    def running_seconds(self) -> float | None:
+        """How long the batch running now has run, or None between batches."""
         with self._lock:
-            if self._running_since is None or self._batch_id is None:
+            if self._running_since is None:
                 return None
-            return self._batch_id, time.monotonic() - self._running_since
+            return time.monotonic() - self._running_since
 
     def wait(self, timeout: float) -> bool:
         """Wait at most ``timeout`` seconds for the query to end; whether it has."""
@@ -112,11 +111,13 @@ class MicroBatchQuery:
         batch_id = 0 if committed is None else committed + 1
         if batch_id:
             self.frontier = Frontier.from_offset(logged_offset(checkpoint, batch_id - 1)).watermark
+        # Batches logged but not committed (by a run that stopped midway) are run again.
+        logged = last_batch(checkpoint, "offsets")
+        replay_through = -1 if logged is None else logged
         while not self._stopping.is_set():
             began = time.monotonic()
             began_ms = int(time.time() * 1000)
-            logged = last_batch(checkpoint, "offsets")
-            if logged is not None and logged >= batch_id:
+            if batch_id <= replay_through:
                 end = logged_offset(checkpoint, batch_id)  # a replay: the batch it logged
                 planned_s = 0.0
             else:
@@ -133,8 +134,7 @@ class MicroBatchQuery:
                     continue
                 log_offset(checkpoint, batch_id, end, began_ms)
             with self._lock:
-                self._idle, self._batch_id = False, batch_id
-                self._running_since = time.monotonic()
+                self._idle, self._running_since = False, time.monotonic()
             logged_s = time.monotonic() - began - planned_s
             try:
                 self._process(batch_id)

@@ -374,8 +374,8 @@ class SparkPipeline:
             except ChangeStreamError as exc:  # the source is away
                 message, retriable = classify(exc)
                 raise PipelineFailed(f"stream {self.name!r} failed: {message}", retriable) from exc
-            running = query.running_batch()
-            stuck = running is not None and running[1] > self.options.batch_timeout_seconds
+            running = query.running_seconds()
+            stuck = running is not None and running > self.options.batch_timeout_seconds
             gone = spark_is_gone(spark)
             if gone is not None:
                 message = f"Spark failed: {gone}"
