@@ -7,6 +7,8 @@ import datetime as dt
 import decimal
 import random
 import re
+import shutil
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +19,12 @@ import pyarrow.json
 import pytest
 
 from changestream.datastream.events import CdcMod, Event, backfill_events, cdc_events
-from changestream.datastream.files import EventFileWriter, event_files, read_events
+from changestream.datastream.files import (
+    WORK_DIRECTORY,
+    EventFileWriter,
+    event_files,
+    read_events,
+)
 from changestream.errors import InvalidArgument
 from tests.datastream_support import (
     ALL_TYPES_DDL,
@@ -162,6 +169,37 @@ def test_paths_are_object_and_read_minute(tmp_path: Path, format: str) -> None:
     relative = path.relative_to(tmp_path).as_posix()
     assert re.fullmatch(rf"DB1_SAMPLE/2019/11/07/07/37/{UUID}\.{extension}", relative)
     assert not [p for p in tmp_path.rglob("*") if p.name.startswith(".")]
+
+
+def test_event_files_skip_the_work_directory_and_directories_removed_meanwhile(
+    tmp_path: Path,
+) -> None:
+    (written,) = EventFileWriter(tmp_path, "json").write(sample_events(3))
+    staged = tmp_path / WORK_DIRECTORY / "orders-1" / "staging"
+    (staged / "cdc-0").mkdir(parents=True)
+    (staged / "cdc-0" / "00000.jsonl").write_text("{}\n")
+    (written.parent / ".tmp.jsonl").write_text("")
+    assert event_files(tmp_path) == [written]
+
+    # Directories made and removed while the files are listed (the demo lists them while the
+    # pipeline runs) are skipped, not an error.
+    stop = threading.Event()
+    churned = tmp_path / "churned"
+
+    def churn() -> None:
+        while not stop.is_set():
+            for i in range(20):
+                (churned / f"backfill-{i}" / "Orders").mkdir(parents=True, exist_ok=True)
+            shutil.rmtree(churned, ignore_errors=True)
+
+    churner = threading.Thread(target=churn)
+    churner.start()
+    try:
+        listings = [event_files(tmp_path) for _ in range(300)]
+    finally:
+        stop.set()
+        churner.join()
+    assert all(listing == [written] for listing in listings)
 
 
 @pytest.mark.parametrize("format", FORMATS)

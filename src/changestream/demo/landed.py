@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,12 +38,6 @@ def first_cdc_event(files: list[Path]) -> dict[str, Any] | None:
         if fallback is not None:
             return fallback
     return None
-
-
-def event_files(root: Path) -> Iterator[Path]:
-    if not root.is_dir():
-        return iter(())
-    return (p for p in sorted(root.rglob("*.jsonl")) if not p.name.startswith("."))
 
 
 def size(path: Path) -> int:

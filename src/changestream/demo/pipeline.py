@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 from rich.console import Console
@@ -32,14 +32,7 @@ from rich.text import Text
 import changestream
 from changestream.clock import format_ts
 from changestream.datastream import StreamCatalog, StreamDefinition, StreamState, schema_name
-from changestream.errors import ChangeStreamError, FailedPrecondition
-from changestream.extras import needs
-
-if TYPE_CHECKING:
-    pass
-from changestream.demo.landed import (
-    event_files,
-)
+from changestream.datastream.files import event_files
 from changestream.demo.pipeline_view import PipelineView
 from changestream.demo.shop import (
     CHANGE_STREAM,
@@ -50,6 +43,8 @@ from changestream.demo.shop import (
     Writer,
     create_source,
 )
+from changestream.errors import ChangeStreamError, FailedPrecondition
+from changestream.extras import needs
 
 DRAIN_TIMEOUT_SECONDS = 180.0
 #: How long to wait for Spark to start and the first micro-batch (with the backfill) to land.

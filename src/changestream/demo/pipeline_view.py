@@ -16,8 +16,8 @@ from rich.table import Table
 from rich.text import Text
 
 from changestream.clock import format_ts
+from changestream.datastream.files import event_files
 from changestream.demo.landed import (
-    event_files,
     first_cdc_event,
     mtime,
     replica_count,

@@ -46,6 +46,7 @@ from changestream.datastream.catalog import (
     StreamCatalog,
 )
 from changestream.datastream.definition import StreamDefinition
+from changestream.datastream.files import WORK_DIRECTORY
 from changestream.datastream.segments import due, pending_lanes
 from changestream.datastream.states import StreamState
 from changestream.ddl.schema import Table
@@ -143,7 +144,7 @@ class SparkPipeline:
 
     @property
     def _work(self) -> Path:
-        return Path(self.definition.destination) / "_changestream" / self._incarnation
+        return Path(self.definition.destination) / WORK_DIRECTORY / self._incarnation
 
     @property
     def _incarnation(self) -> str:
