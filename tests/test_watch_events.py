@@ -16,7 +16,7 @@ from changestream.clock import parse_ts
 from changestream.embedded.database import store_of
 from changestream.streams.stored_changes import StoredInserts, stored_change
 from changestream.watch import ClusterTime
-from changestream.watch._events import EventBuilder
+from changestream.watch._events import EventBuilder, document_maker
 from changestream.watch.merge import record_key
 from changestream.watch.options import watch_options
 from tests.watch_support import COLUMNS, ITEMS, items_database, key, nothing_more, take
@@ -417,3 +417,14 @@ def test_every_other_record_is_read_stored_as_the_read_function_reads_it(
             DataChangeRecord.from_payload(1, corrupt, "t")
         with pytest.raises(type(expected.value)):
             stored_change(1, corrupt, "t")
+
+
+def test_documents_are_made_for_any_column_names() -> None:
+    # The maker is a dict display compiled for the names: a name is only ever a key.
+    names = ("Id", "it's", 'say "hi"', "back\\slash", "{x}", "ü", "'), print('no'), ('")
+    row = (1, "a", None, 2.5, [1], {"k": "v"}, True)
+    document = document_maker(names)(row)
+    assert document == dict(zip(names, row, strict=True))
+    assert list(document) == list(names)
+    assert document_maker(names) is document_maker(tuple(names))
+    assert document_maker(())(()) == {}

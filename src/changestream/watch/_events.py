@@ -23,7 +23,7 @@ created), ``modify`` (a column added, dropped or altered), ``createIndexes`` and
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from changestream.clock import to_datetime
@@ -96,6 +96,24 @@ class _DroppedColumns:
         return fresh
 
 
+_DOCUMENT_MAKERS: dict[tuple[str, ...], Callable[[Sequence[Any]], Document]] = {}
+_MOST_MAKERS = 1024
+
+
+def document_maker(names: tuple[str, ...]) -> Callable[[Sequence[Any]], Document]:
+    """A function making the document ``{names[i]: row[i]}`` of a row of ``len(names)``
+    values: a dict display compiled for these names (a third of the time of
+    ``dict(zip(names, row))``; every event of an insert holds one)."""
+    maker = _DOCUMENT_MAKERS.get(names)
+    if maker is None:
+        if len(_DOCUMENT_MAKERS) >= _MOST_MAKERS:
+            _DOCUMENT_MAKERS.clear()
+        # repr() of a str is a str literal, whatever the column's name holds.
+        items = ", ".join(f"{name!r}: row[{i}]" for i, name in enumerate(names))
+        maker = _DOCUMENT_MAKERS[names] = eval(f"lambda row: {{{items}}}")
+    return maker
+
+
 class EventBuilder:
     """Turns records into events for one cursor's options."""
 
@@ -108,6 +126,10 @@ class EventBuilder:
         self._null_as_missing = options.null_as_missing
         self._dropped = _DroppedColumns()
         self._times: tuple[int, ClusterTime, dt.datetime] | None = None
+        #: The column names of the last stored inserts and the function making their rows'
+        #: documents (the records of one table share one names object, see stored_changes).
+        self._shape: object = None
+        self._make_document = document_maker(())
 
     def events(
         self, record: DataChangeRecord | StoredInserts, key: tuple[int, int, int]
@@ -157,7 +179,10 @@ class EventBuilder:
         commit_ts, transaction, sequence = key
         cluster_time, wall_time = self._moment(commit_ts)
         key_names, new_names, _ = record.columns
-        names = key_names + new_names
+        if record.columns is not self._shape:
+            self._shape = record.columns
+            self._make_document = document_maker(key_names + new_names)
+        make_document = self._make_document
         # A row starts with its keys; most tables have one.
         single_key = key_names[0] if len(key_names) == 1 else None
         database, table = self._database, record.table_name
@@ -166,7 +191,7 @@ class EventBuilder:
         events: list[Event] = []
         for index, row in enumerate(record.rows):
             token, token_document = event_token(commit_ts, transaction, sequence, index)
-            document = dict(zip(names, row, strict=True))
+            document = make_document(row)
             event: Document = {
                 "_id": token_document,
                 "operationType": "insert",
