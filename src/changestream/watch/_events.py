@@ -36,10 +36,10 @@ from changestream.streams.stored_changes import StoredInserts
 from changestream.types import ColumnType
 from changestream.watch._cluster_time import ClusterTime
 from changestream.watch.options import WatchOptions
-from changestream.watch.tokens import ResumeToken, TokenKind, event_token
+from changestream.watch.tokens import ResumeToken, TokenFields, TokenKind, event_token
 
 Document = dict[str, Any]
-Event = tuple[ResumeToken, Document]
+Event = tuple[TokenFields, Document]
 
 _OPERATIONS = {
     "INSERT": "insert",

@@ -16,7 +16,7 @@ from changestream.watch._iteration import CursorIteration
 from changestream.watch.merge import DataChange, PartitionMerge, SortKey
 from changestream.watch.options import watch_options
 from changestream.watch.pipeline import AggregationPipeline
-from changestream.watch.tokens import ResumeToken
+from changestream.watch.tokens import ResumeToken, TokenFields
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -54,6 +54,8 @@ class ChangeStreamCursor(CursorIteration):
         self._max_await_s = options.max_await_s
         source = db.ensure_watch_stream()
         self._builder = EventBuilder(db, source.database, options)
+        #: Where the stream resumes now: the last event's token (its fields, see event_token).
+        self._token: TokenFields
         if options.resume_from is not None:
             start = options.resume_from.commit_ts
             self._token = options.resume_from
@@ -62,7 +64,7 @@ class ChangeStreamCursor(CursorIteration):
             self._token = ResumeToken(start)
         #: Where the stream resumes: events at or before it are left out (None once an event
         #: after it came: the ones after that come in order, after it too).
-        self._after: ResumeToken | None = self._token
+        self._after: ResumeToken | None = ResumeToken(*self._token)
         try:
             self._merge = PartitionMerge(
                 db,
@@ -123,7 +125,7 @@ class ChangeStreamCursor(CursorIteration):
     def resume_token(self) -> dict[str, str]:
         """Resume here with ``watch(resume_after=...)``: after the last event returned, or
         later when the cursor has read further without finding an event."""
-        return self._token.document()
+        return ResumeToken(*self._token).document()
 
     def close(self) -> None:
         """Stop reading; the partition readers end within about a second."""
@@ -155,15 +157,15 @@ class ChangeStreamCursor(CursorIteration):
                 self._emit(token, event)
                 self._invalidated = True
 
-    def _skips(self, token: ResumeToken) -> bool:
+    def _skips(self, token: TokenFields) -> bool:
         if self._after is None:
             return False
-        if self._after.skips(token.key):
+        if self._after.skips(token[:5]):
             return True
         self._after = None
         return False
 
-    def _emit(self, token: ResumeToken, event: Document) -> None:
+    def _emit(self, token: TokenFields, event: Document) -> None:
         out = self._pipeline.apply(event)
         if out is None:
             return
@@ -181,5 +183,5 @@ class ChangeStreamCursor(CursorIteration):
         if self._pending or self._ready or self._closed:
             return
         safe = self._merge.safe_through()
-        if self._token.commit_ts <= safe < _NEVER:
+        if self._token[0] <= safe < _NEVER:
             self._token = ResumeToken(safe + 1)
