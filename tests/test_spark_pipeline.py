@@ -25,6 +25,7 @@ from deltalake import DeltaTable
 import changestream
 from changestream.clock import now_us
 from changestream.datastream import StreamCatalog, StreamDefinition
+from changestream.datastream.catalog import LAST_BATCH
 from changestream.datastream.files import event_files, read_events
 from changestream.embedded.database import store_of
 from changestream.spark.history import HistoryReplica
@@ -642,6 +643,34 @@ def test_a_running_pipeline_follows_columns_added_and_dropped_while_it_runs(
     }
     assert len({e["schema_key"] for e in events}) >= 2
     assert all("Qty" not in e["payload"] for e in events if e["payload"]["Id"] >= 15)
+
+
+def test_an_idle_running_pipeline_brings_the_replica_to_a_ddl_with_no_row_change(
+    spark: Any, tmp_path: Path
+) -> None:
+    """No row changes after the DDL, so no micro-batch comes: the running pipeline brings the
+    replica to the table's new shape while it is idle."""
+    path = _two_items_replicated(spark, tmp_path)
+    pipeline = SparkPipeline(
+        "s1", path, PipelineOptions(trigger_seconds=0.2, poll_seconds=0.2), spark=spark
+    ).start()
+    replica = tmp_path / "replica"
+    with changestream.open(path) as db:
+        catalog = StreamCatalog(db)
+        deadline = time.monotonic() + 120  # Spark's first micro-batch starts its workers
+        while not (pipeline.status().state == "Running" and pipeline.status().idle):
+            assert time.monotonic() < deadline and pipeline.running, pipeline.status()
+            time.sleep(0.1)
+        batches = catalog.progress("s1").detail.get(LAST_BATCH)
+        db.execute_ddl("ALTER TABLE Items ADD COLUMN Note STRING(MAX) DEFAULT ('none')")
+        db.execute_ddl("ALTER TABLE Items DROP COLUMN Qty")
+        deadline = time.monotonic() + 60
+        while _replica_rows(replica, path, "Items") != [(1, "a", "none"), (2, "b", "none")]:
+            assert time.monotonic() < deadline and pipeline.running, pipeline.status()
+            time.sleep(0.2)
+        assert catalog.progress("s1").detail.get(LAST_BATCH) == batches, "no micro-batch ran"
+    assert pipeline.stop(timeout=120).state == "Running"
+    assert _replica_rows(replica, path, "Items") == _source_rows(path)
 
 
 def test_gzip_json_files_read_back_with_spark(spark: Any, tmp_path: Path) -> None:

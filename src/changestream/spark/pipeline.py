@@ -126,6 +126,9 @@ class SparkPipeline:
         self._planner: ChangeStreamStreamReader | None = None
         self._replicas: dict[tuple[Any, ...], DeltaReplica] = {}
         self._publication: Background | None = None
+        #: Held while a micro-batch writes the sinks, or while the monitor brings the replicas
+        #: of an idle stream to a new table shape: one at a time.
+        self._sinks = threading.Lock()
 
     @property
     def checkpoint(self) -> Path:
@@ -385,6 +388,8 @@ class SparkPipeline:
             self._last = status
             if self._on_status is not None:
                 self._on_status(status)
+            if query.idle:
+                self._follow_while_idle()
             if self._stop_requested.is_set():
                 return status
             if stuck:
@@ -499,15 +504,38 @@ class SparkPipeline:
     def _tables(self) -> dict[str, Table]:
         return {t.name: t for t in self.definition.tables(self.db)}
 
+    def _refresh_definition(self) -> None:
+        """`streams update` may have changed the objects, rotation or format meanwhile (a
+        deleted stream keeps its last definition: the monitor stops the run)."""
+        with contextlib.suppress(NotFound):
+            self.definition = self.catalog.get(self.name).definition
+
+    def _follow_while_idle(self) -> None:
+        """Bring the replicas to a table shape a DDL changed while no row changes: an idle
+        stream has no micro-batch to do it (one that starts meanwhile waits for this)."""
+        if not self._sinks.acquire(blocking=False):
+            return  # a micro-batch runs: it follows the shapes itself
+        try:
+            self._refresh_definition()
+            try:
+                plan = self._plan(self._tables())
+            except ChangeStreamError as exc:  # the next micro-batch or status says what
+                log.debug("stream %s: its tables could not be read: %s", self.name, exc)
+                return
+            self._guard(lambda: self._follow_schemas(plan))
+        finally:
+            self._sinks.release()
+
     def _process(self, spark: SparkSession, batch_id: int) -> None:
+        with self._sinks:
+            self._process_batch(spark, batch_id)
+
+    def _process_batch(self, spark: SparkSession, batch_id: int) -> None:
         try:
             # The micro-batch thread's jobs, which a stuck batch's watchdog cancels.
             description = f"changestream pipeline {self.name}, micro-batch {batch_id}"
             spark.sparkContext.setJobGroup(self._job_group, description, interruptOnCancel=True)
-            # `streams update` may have changed the objects, rotation or format meanwhile (a
-            # deleted stream keeps its last definition: the monitor stops the run).
-            with contextlib.suppress(NotFound):
-                self.definition = self.catalog.get(self.name).definition
+            self._refresh_definition()
             plan = self._plan(self._tables())
             self._backfill(spark, plan)
             summary = self._attempts("*", lambda: self._run_cdc_tasks(spark, plan, batch_id))
