@@ -12,7 +12,7 @@ import random
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -388,6 +388,55 @@ def test_a_second_connector_of_a_running_source_is_refused(source_dsn: str, db: 
         stop.set()
         runner.join(timeout=30)
     assert not runner.is_alive()  # the stop is seen within a heartbeat
+
+
+def _replicas_with_id(dsn: str, server_id: int) -> list[str]:
+    """The hosts the server lists for replicas using ``server_id``."""
+    conn = _connect(dsn)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SHOW SLAVE HOSTS")
+            return [row[1] for row in cur.fetchall() if int(row[0]) == server_id]
+    finally:
+        conn.close()
+
+
+def _until(what: str, condition: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + 30
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def test_a_server_id_another_replica_of_the_server_uses_is_refused(
+    source_dsn: str, db: Any, tmp_path: Path
+) -> None:
+    add_source(db, "Bank", mysql=source_dsn, server_id=4242)
+    with pytest.raises(changestream.InvalidArgument, match="Bank reads the same server with"):
+        add_source(db, "Shop", mysql=source_dsn, server_id=4242)
+    stop = threading.Event()
+    runner = threading.Thread(target=run_source, args=(db, "Bank"), kwargs={"stop": stop})
+    runner.start()
+    try:
+        # The connector reports itself to the server while it reads the binlog.
+        _until("Bank listed", lambda: _replicas_with_id(source_dsn, 4242) == ["changestream:Bank"])
+        with changestream.open(str(tmp_path / "other.db")) as other:
+            add_source(other, "Shop", mysql=source_dsn, server_id=4242)
+            with pytest.raises(
+                FailedPrecondition,
+                match=r"server id 4242 is in use by another replica of the server "
+                r"\(changestream:Bank:0\).*--server-id N",
+            ):
+                run_source(other, "Shop", until_caught_up=True)
+            assert describe_source(other, "Shop")["state"] == "new"  # refused before reading
+            stop.set()
+            runner.join(timeout=30)
+            _until("Bank gone", lambda: _replicas_with_id(source_dsn, 4242) == [])
+            assert run_source(other, "Shop", until_caught_up=True).lsn > 0
+    finally:
+        stop.set()
+        runner.join(timeout=30)
+    assert not runner.is_alive()
 
 
 def test_the_cli_adds_runs_describes_and_removes_a_source(source_dsn: str, tmp_path: Path) -> None:

@@ -64,7 +64,8 @@ def _local(path: str, create: bool = False) -> Iterator[changestream.EmbeddedDat
 @click.option(
     "--server-id",
     type=int,
-    help="MySQL: the replica server id the connector reads the binlog as (default: from NAME).",
+    help="MySQL: the replica server id the connector reads the binlog as, unused by any other "
+    "replica of the server (default: from NAME).",
 )
 def add(
     name: str,

@@ -104,6 +104,17 @@ def _add_mysql(
         server_id = 1_000_000 + zlib.crc32(name.encode()) % 1_000_000
     elif not 1 <= server_id < 2**32:
         raise InvalidArgument(f"--server-id must be between 1 and 4294967295, got {server_id}")
+    for other in list_sources(db):
+        if (
+            other.kind == "mysql"
+            and other.server_id == server_id
+            and mysql_catalog.same_server(other.dsn, dsn)
+        ):
+            raise InvalidArgument(
+                f"source {other.name} reads the same server with server id {server_id}; the "
+                "server lets one replica at a time use an id: give this one its own with "
+                "--server-id"
+            )
     if tables is None and database is None:
         raise InvalidArgument("name --tables, or the database in the DSN (mysql://.../database)")
     chosen = table_names(tables, database or "")

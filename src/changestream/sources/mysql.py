@@ -69,6 +69,7 @@ class MySqlConnector(Connector):
         with mysql_catalog.session(definition.dsn) as conn:
             mysql_catalog.check_server(conn)
             mysql_catalog.lock_source(conn, definition.name)
+            mysql_catalog.check_server_id(conn, definition.server_id, definition.name)
             described = [
                 mysql_catalog.describe(conn, t, definition.mirror(t)) for t in definition.tables
             ]
@@ -201,6 +202,7 @@ class MySqlConnector(Connector):
         reader = BinLogStreamReader(
             connection_settings=settings,
             server_id=definition.server_id,
+            report_slave=mysql_catalog.replica_host(definition.name),
             resume_stream=True,
             log_file=self._position.log_file,
             log_pos=self._position.lsn,

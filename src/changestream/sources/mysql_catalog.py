@@ -73,6 +73,12 @@ def connect_args(dsn: str) -> dict[str, Any]:
     return args
 
 
+def same_server(dsn: str, other: str) -> bool:
+    """Whether two DSNs reach the same server (its host and port, or its socket)."""
+    a, b = connect_args(dsn), connect_args(other)
+    return all(a.get(k) == b.get(k) for k in ("host", "port", "unix_socket"))
+
+
 def default_database(dsn: str) -> str | None:
     """The database a DSN names, if any."""
     name = unquote(urlsplit(dsn).path.lstrip("/"))
@@ -282,6 +288,51 @@ def start_snapshot(conn: Any) -> tuple[str, int]:
         finally:
             cur.execute("UNLOCK TABLES")
         return position
+
+
+def replica_host(name: str) -> str:
+    """The host a connector reports to the server as a replica (``SHOW SLAVE HOSTS``), so a
+    connector of another source sees the server id it uses."""
+    return f"changestream:{name}"[:60]
+
+
+def check_server_id(conn: Any, server_id: int, name: str) -> None:
+    """Refuse ``server_id`` when another replica of the server uses it: the server cuts a
+    replica off whenever another connects with its id, so the two would take turns, each
+    reconnecting, and a real replica of the server would be disturbed as well.
+
+    The server lists the replicas that report themselves (MySQL's and MariaDB's replicas
+    do, and so do connectors). Listing them needs a privilege a connector may lack
+    (``REPLICATION SLAVE``, or ``REPLICATION MASTER ADMIN`` on MariaDB 10.5 and later): then
+    a warning says the check was skipped."""
+    statements = ["SHOW SLAVE HOSTS"] if is_mariadb(conn) else ["SHOW REPLICAS", "SHOW SLAVE HOSTS"]
+    refused: Exception | None = None
+    for statement in statements:
+        try:
+            with conn.cursor() as cur:
+                cur.execute(statement)
+                replicas = cur.fetchall()
+        except server_error() as exc:
+            refused = exc
+            continue
+        for row in replicas:
+            if int(row[0]) == server_id and row[1] != replica_host(name):
+                where = f"{row[1]}:{row[2]}" if row[1] else "a replica that reports no host"
+                raise FailedPrecondition(
+                    f"source {name}: server id {server_id} is in use by another replica of "
+                    f"the server ({where}), which the server would cut off each time this "
+                    f"connector connects; give the source its own: changestream sources "
+                    f"remove {name}, then sources add {name} ... --server-id N"
+                )
+        return
+    assert refused is not None, "a statement ran or was refused"
+    log.warning(
+        "source %s: the server's replicas could not be listed (%s), so whether another uses "
+        "server id %d was not checked",
+        name,
+        reason(refused),
+        server_id,
+    )
 
 
 def lock_source(conn: Any, name: str) -> None:
