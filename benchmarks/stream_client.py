@@ -15,7 +15,9 @@ checkpoint).
 
 Workers are this script run with ``--worker``; each writes ``<partition> <ts> <seq>`` per
 record it processed (flushed before checkpointing), ``C <partition>`` after each checkpoint
-and ``T <monotonic ns>`` when a processor starts and after each batch. Every run counts
+and ``T <monotonic ns> <process CPU ns>`` when a processor starts and after each batch (the
+CPU the worker process used while it drained, per record, is reported beside the baseline's,
+for the 1-worker run). Every run counts
 unique records, not lines, and checks their number against what was written: one record per
 partition and mod type each transaction touched, worked out from the keys and the split
 points. Goal (issue 21): 1 worker ≥ 0.7 of the one-reader baseline.
@@ -55,6 +57,11 @@ KEYS = 1600
 COLUMNS = ["OrderId", "Amount", "Note"]
 
 
+def _times() -> str:
+    """A ``T`` line: this machine's monotonic clock and this process's CPU, in ns."""
+    return f"T {time.monotonic_ns()} {time.process_time_ns()}\n"
+
+
 class FileSink(RecordProcessor):
     """Writes one line per record, flushes, then checkpoints the batch. Also writes ``T <ns>``
     (``time.monotonic_ns()``, one clock for every process of the machine) when it starts on a
@@ -71,14 +78,14 @@ class FileSink(RecordProcessor):
         lines = "".join(
             f"{r.partition_token} {r.commit_timestamp} {r.record_sequence}\n" for r in records
         )
-        self._out.write(f"{lines}T {time.monotonic_ns()}\n")
+        self._out.write(f"{lines}{_times()}")
         self._out.flush()
         checkpointer.checkpoint()
         self._out.write(f"C {checkpointer.partition_token}\n")
         self._out.flush()
 
     def initialize(self, context: InitializationContext) -> None:
-        self._out.write(f"T {time.monotonic_ns()}\n")
+        self._out.write(_times())
         self._out.flush()
 
 
@@ -131,18 +138,19 @@ def load(path: str, transactions: int) -> tuple[int, Written]:
     return created, written
 
 
-def baseline(path: str, created: int, written: Written) -> float:
-    """Records/s reading every partition with the read function in one process."""
+def baseline(path: str, created: int, written: Written) -> tuple[float, float]:
+    """(records/s, CPU µs per record) reading every partition with the read function in one
+    process."""
     with changestream.open(path) as db:
         end = store_of(db).last_commit_ts()
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         count = 0
         for partition in db.partitions(STREAM):
             for record in db.read_change_stream(STREAM, created, end, partition.token, 10_000):
                 count += isinstance(record, DataChangeRecord)
-        elapsed = time.perf_counter() - started
+        elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
     expect("baseline records", count, written.records)
-    return count / elapsed
+    return count / elapsed, cpu / count * 1e6
 
 
 def spawn(
@@ -168,17 +176,25 @@ def processed(outs: list[Path]) -> list[str]:
     return lines
 
 
+def _time_lines(out: Path) -> list[tuple[int, int]]:
+    """The (monotonic ns, CPU ns) of a worker's ``T`` lines (none when it got no lease)."""
+    if not out.exists():
+        return []
+    lines = out.read_text().split("\n")[:-1]
+    return [(int(a), int(b)) for a, b in (ln[2:].split() for ln in lines if ln.startswith("T "))]
+
+
 def processing_seconds(outs: list[Path]) -> float:
     """Seconds from the first ``T`` line of the workers' files (a processor starting on a
     partition, before its first read) to the last (a batch processed)."""
-    times = [
-        int(line[2:])
-        for out in outs
-        if out.exists()  # a worker that got no lease wrote nothing
-        for line in out.read_text().split("\n")[:-1]
-        if line.startswith("T ")
-    ]
+    times = [at for out in outs for at, _ in _time_lines(out)]
     return (max(times) - min(times)) / 1e9
+
+
+def processing_cpu_seconds(out: Path) -> float:
+    """The CPU seconds one worker's process used from its first ``T`` line to its last."""
+    cpu = [used for _, used in _time_lines(out)]
+    return (max(cpu) - min(cpu)) / 1e9
 
 
 def check_unique(what: str, lines: list[str], written: Written) -> None:
@@ -230,10 +246,11 @@ def throughput(
     work_us: int,
     stall: float,
     run: int = 0,
-) -> tuple[float, float]:
+) -> tuple[float, float, float]:
     """(records/s from the first processor's start to the last record processed, seconds
-    from the start of the processes to the last record), by a fresh consumer group (one per
-    ``run``). Fails if no new record arrives for ``stall`` seconds before all have."""
+    from the start of the processes to the last record, CPU µs per record of the first
+    worker's process meanwhile), by a fresh consumer group (one per ``run``). Fails if no new
+    record arrives for ``stall`` seconds before all have."""
     records = written.records
     outs = [tmp / f"w{workers}-r{run}-{i}.txt" for i in range(workers)]
     started = time.perf_counter()
@@ -255,7 +272,8 @@ def throughput(
     finally:
         stop(procs)
     check_unique(f"{workers} workers", processed(outs), written)
-    return records / processing_seconds(outs), finished - started
+    cpu_us = processing_cpu_seconds(outs[0]) / records * 1e6
+    return records / processing_seconds(outs), finished - started, cpu_us
 
 
 def failover(
@@ -373,7 +391,7 @@ def main() -> None:
             singles.append(
                 throughput(path, tmp, created, written, 1, args.work_us, args.stall, run)
             )
-        base = max(bases)
+        base, base_cpu = max(bases)
         runs = {
             1: max(singles),
             **{
@@ -381,7 +399,7 @@ def main() -> None:
                 for n in (2, 4)
             },
         }
-        rates = {n: rate for n, (rate, _) in runs.items()}
+        rates = {n: rate for n, (rate, _, _) in runs.items()}
         result: dict[str, object] = {
             "benchmark": "stream_client",
             "partitions": PARTITIONS,
@@ -390,10 +408,14 @@ def main() -> None:
             "cores": os.cpu_count(),
             "repeats": args.repeats,
             "baseline_read_function_records_per_s": round(base),
-            "baseline_runs_records_per_s": [round(b) for b in bases],
-            "client_1_worker_runs_records_per_s": [round(rate) for rate, _ in singles],
+            "baseline_runs_records_per_s": [round(b) for b, _ in bases],
+            "client_1_worker_runs_records_per_s": [round(rate) for rate, _, _ in singles],
             **{f"records_per_s_{n}_workers": round(rate) for n, rate in rates.items()},
-            **{f"seconds_to_drain_{n}_workers": round(s, 2) for n, (_, s) in runs.items()},
+            **{f"seconds_to_drain_{n}_workers": round(s, 2) for n, (_, s, _) in runs.items()},
+            # Where the time goes: the CPU each used per record, in the fastest run of each
+            # (the worker's process: its consumer threads, lease renewals and checkpoints).
+            "baseline_cpu_us_per_record": round(base_cpu, 2),
+            "client_1_worker_cpu_us_per_record": round(runs[1][2], 2),
             "scaling_2_vs_1": round(rates[2] / rates[1], 2),
             "scaling_4_vs_1": round(rates[4] / rates[1], 2),
             "client_1_worker_vs_baseline": round(rates[1] / base, 2),

@@ -20,11 +20,11 @@ import pytest
 
 from changestream.datastream.events import CdcMod, Event, backfill_events, cdc_events
 from changestream.datastream.files import (
-    WORK_DIRECTORY,
     EventFileWriter,
     event_files,
     read_events,
 )
+from changestream.datastream.layout import WORK_DIRECTORY
 from changestream.errors import InvalidArgument
 from tests.datastream_support import (
     ALL_TYPES_DDL,

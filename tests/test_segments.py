@@ -8,7 +8,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from changestream.datastream.files import EXTENSIONS, event_files, read_events
+from changestream.datastream.files import event_files, read_events
+from changestream.datastream.layout import EXTENSIONS
 from changestream.datastream.segments import (
     CDC_LANE,
     SegmentWriter,

@@ -22,7 +22,7 @@ from __future__ import annotations
 import gzip
 import os
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, Any, Final, Protocol, cast
 
@@ -32,15 +32,12 @@ import orjson
 from changestream.clock import to_datetime
 from changestream.datastream._avro import avro_plan_of, avro_record, event_dict, payload_converter
 from changestream.datastream.events import Event
+from changestream.datastream.layout import EXTENSIONS
+from changestream.datastream.layout import event_files as event_files
 from changestream.errors import InvalidArgument
 
 FORMATS: Final = ("json", "avro")
-#: Each file format's file name ending; ``json.gz`` is JSON lines compressed with gzip.
-EXTENSIONS: Final = {"json": ".jsonl", "json.gz": ".jsonl.gz", "avro": ".avro"}
 DEFAULT_MAX_FILE_BYTES: Final = 50 * 1024 * 1024
-#: The directory under a destination where a pipeline keeps its work (checkpoint, segments,
-#: staged replica rows): never event files.
-WORK_DIRECTORY: Final = "_changestream"
 DEFAULT_MAX_FILE_SECONDS: Final = 60.0
 # Fixed so deterministic file names stay the same across processes and releases.
 _FILE_NAMESPACE = uuid.UUID("0b7b7d2e-56a4-4c55-9b67-4a7c8e0f6f11")
@@ -284,21 +281,3 @@ def read_events(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
             convert = payload_converter(cast(dict[str, Any], reader.writer_schema))
             return [event_dict(cast(dict[str, Any], record), convert) for record in reader]
     raise InvalidArgument(f"event files end in .jsonl, .jsonl.gz or .avro, got {path.name!r}")
-
-
-def event_files(root: str | os.PathLike[str]) -> Sequence[Path]:
-    """Every visible event file under ``root``, sorted by path (temporary files and the
-    pipeline's work directory excluded).
-
-    Safe beside a running pipeline: a directory removed during the walk is skipped."""
-    found: list[Path] = []
-    for directory, subdirectories, names in os.walk(root):
-        subdirectories[:] = [
-            d for d in subdirectories if d != WORK_DIRECTORY and not d.startswith(".")
-        ]
-        found.extend(
-            Path(directory, name)
-            for name in names
-            if name.endswith(tuple(EXTENSIONS.values())) and not name.startswith(".")
-        )
-    return sorted(found)

@@ -38,7 +38,8 @@ import orjson
 from changestream.clock import to_datetime
 from changestream.datastream._avro import avro_schema
 from changestream.datastream.events import Event
-from changestream.datastream.files import EXTENSIONS, EventFile, sync_directories
+from changestream.datastream.files import EventFile, sync_directories
+from changestream.datastream.layout import EXTENSIONS
 
 CDC_LANE: Final = "cdc"
 BACKFILL_LANE: Final = "backfill"

@@ -32,7 +32,7 @@ from rich.text import Text
 import changestream
 from changestream.clock import format_ts
 from changestream.datastream import StreamCatalog, StreamDefinition, StreamState, schema_name
-from changestream.datastream.files import event_files
+from changestream.datastream.layout import event_files
 from changestream.demo.pipeline_view import PipelineView
 from changestream.demo.shop import (
     CHANGE_STREAM,

@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from changestream.clock import format_ts
-from changestream.datastream.files import event_files
+from changestream.datastream.layout import event_files
 from changestream.demo.landed import (
     first_cdc_event,
     mtime,

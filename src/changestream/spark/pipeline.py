@@ -46,7 +46,7 @@ from changestream.datastream.catalog import (
     StreamCatalog,
 )
 from changestream.datastream.definition import StreamDefinition
-from changestream.datastream.files import WORK_DIRECTORY
+from changestream.datastream.layout import WORK_DIRECTORY
 from changestream.datastream.segments import due, pending_lanes
 from changestream.datastream.states import StreamState
 from changestream.ddl.schema import Table
