@@ -17,10 +17,10 @@ Workers are this script run with ``--worker``; each writes ``<partition> <ts> <s
 record it processed (flushed before checkpointing), ``C <partition>`` after each checkpoint
 and ``T <monotonic ns> <process CPU ns>`` when a processor starts and after each batch (the
 CPU the worker process used while it drained, per record, is reported beside the baseline's,
-for the 1-worker run). Every run counts
-unique records, not lines, and checks their number against what was written: one record per
-partition and mod type each transaction touched, worked out from the keys and the split
-points. Goal (issue 21): 1 worker ≥ 0.7 of the one-reader baseline.
+for the 1-worker run). Every run counts unique records, not lines, and checks their number
+against what was written: one record per partition and mod type each transaction touched,
+worked out from the keys and the split points. Goal (issue 21): 1 worker ≥ 0.7 of the
+one-reader baseline.
 """
 
 from __future__ import annotations
@@ -63,10 +63,11 @@ def _times() -> str:
 
 
 class FileSink(RecordProcessor):
-    """Writes one line per record, flushes, then checkpoints the batch. Also writes ``T <ns>``
-    (``time.monotonic_ns()``, one clock for every process of the machine) when it starts on a
-    partition and after each batch, so the parent times the client from its first read to its
-    last processed record instead of by polling these files."""
+    """Writes one line per record, flushes, then checkpoints the batch. Also writes a ``T``
+    line (``time.monotonic_ns()``, one clock for every process of the machine, and the
+    process's CPU) when it starts on a partition and after each batch, so the parent times the
+    client from its first read to its last processed record instead of by polling these
+    files."""
 
     def __init__(self, out: TextIO, work_us: int) -> None:
         self._out = out

@@ -2,13 +2,13 @@
 
 This is the seed's mongos merge. Each partition is caught up by the merge itself, then followed
 by a reader thread (see :mod:`changestream.watch._readers`) running the read function live and
-feeding one inbox; the merge
-keeps a buffer per partition and, for each, a *floor*: a sort key every record the partition has
-yet to deliver sorts above. A record's own key is its partition's floor; after the last record
-of a transaction in a partition, or a heartbeat at T, the floor is "above everything at T"
-(the seed's minimum promised sort key). Every buffered record at or below the lowest floor of all
-partitions can be handed out: the merge takes them from the buffers at once and sorts them (the
-buffers are sorted runs, which one C sort merges for less than a heap's Python work per record).
+feeding one inbox. The merge keeps a buffer per partition and, for each, a *floor*: a sort key
+every record the partition has yet to deliver sorts above. A record's own key is its
+partition's floor; after the last record of a transaction in a partition, or a heartbeat at T,
+the floor is "above everything at T" (the seed's minimum promised sort key). Every buffered
+record at or below the lowest floor of all partitions can be handed out: the merge takes them
+from the buffers at once and sorts them (the buffers are sorted runs, which one C sort merges
+for less than a heap's Python work per record).
 
 Lineage: the initial query (no partition token) names the first partitions; a partition's child
 partitions record ends it and names its children, and a child is read only once every one of
