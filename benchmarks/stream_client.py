@@ -193,9 +193,10 @@ def processing_seconds(outs: list[Path]) -> float:
 
 
 def processing_cpu_seconds(out: Path) -> float:
-    """The CPU seconds one worker's process used from its first ``T`` line to its last."""
+    """The CPU seconds one worker's process used from its first ``T`` line to its last (0 for
+    a worker that got no lease)."""
     cpu = [used for _, used in _time_lines(out)]
-    return (max(cpu) - min(cpu)) / 1e9
+    return (max(cpu) - min(cpu)) / 1e9 if cpu else 0.0
 
 
 def check_unique(what: str, lines: list[str], written: Written) -> None:
@@ -249,8 +250,8 @@ def throughput(
     run: int = 0,
 ) -> tuple[float, float, float]:
     """(records/s from the first processor's start to the last record processed, seconds
-    from the start of the processes to the last record, CPU µs per record of the first
-    worker's process meanwhile), by a fresh consumer group (one per ``run``). Fails if no new
+    from the start of the processes to the last record, CPU µs per record the workers'
+    processes used meanwhile), by a fresh consumer group (one per ``run``). Fails if no new
     record arrives for ``stall`` seconds before all have."""
     records = written.records
     outs = [tmp / f"w{workers}-r{run}-{i}.txt" for i in range(workers)]
@@ -273,7 +274,7 @@ def throughput(
     finally:
         stop(procs)
     check_unique(f"{workers} workers", processed(outs), written)
-    cpu_us = processing_cpu_seconds(outs[0]) / records * 1e6
+    cpu_us = sum(processing_cpu_seconds(out) for out in outs) / records * 1e6
     return records / processing_seconds(outs), finished - started, cpu_us
 
 
