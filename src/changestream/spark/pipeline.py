@@ -504,24 +504,22 @@ class SparkPipeline:
     def _tables(self) -> dict[str, Table]:
         return {t.name: t for t in self.definition.tables(self.db)}
 
-    def _refresh_definition(self) -> None:
-        """`streams update` may have changed the objects, rotation or format meanwhile (a
-        deleted stream keeps its last definition: the monitor stops the run)."""
-        with contextlib.suppress(NotFound):
-            self.definition = self.catalog.get(self.name).definition
-
     def _follow_while_idle(self) -> None:
         """Bring the replicas to a table shape a DDL changed while no row changes: an idle
-        stream has no micro-batch to do it (one that starts meanwhile waits for this)."""
+        stream has no micro-batch to do it. Only when a shape changed does this hold the
+        sinks (a micro-batch that starts meanwhile waits for it)."""
+        if self.definition.replica is None:
+            return
+        try:
+            plan = self._plan(self._tables())
+        except ChangeStreamError as exc:  # the next micro-batch or status says what
+            log.debug("stream %s: its tables could not be read: %s", self.name, exc)
+            return
+        if all(self._replica_key(plan, table) in self._replicas for table in plan.tables):
+            return
         if not self._sinks.acquire(blocking=False):
             return  # a micro-batch runs: it follows the shapes itself
         try:
-            self._refresh_definition()
-            try:
-                plan = self._plan(self._tables())
-            except ChangeStreamError as exc:  # the next micro-batch or status says what
-                log.debug("stream %s: its tables could not be read: %s", self.name, exc)
-                return
             self._guard(lambda: self._follow_schemas(plan))
         finally:
             self._sinks.release()
@@ -535,7 +533,10 @@ class SparkPipeline:
             # The micro-batch thread's jobs, which a stuck batch's watchdog cancels.
             description = f"changestream pipeline {self.name}, micro-batch {batch_id}"
             spark.sparkContext.setJobGroup(self._job_group, description, interruptOnCancel=True)
-            self._refresh_definition()
+            # `streams update` may have changed the objects, rotation or format meanwhile (a
+            # deleted stream keeps its last definition: the monitor stops the run).
+            with contextlib.suppress(NotFound):
+                self.definition = self.catalog.get(self.name).definition
             plan = self._plan(self._tables())
             self._backfill(spark, plan)
             summary = self._attempts("*", lambda: self._run_cdc_tasks(spark, plan, batch_id))
