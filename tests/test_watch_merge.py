@@ -168,3 +168,31 @@ def test_read_ahead_is_counted_once_per_record_through_probes_and_backlogs(
                 assert (part.sent, len(part.buffer), part.probed) == (part.taken, 0, set())
         finally:
             merge.close()
+
+
+def test_a_live_stored_read_promises_at_each_commit_that_leaves_its_partition_unchanged(
+    tmp_path: Path,
+) -> None:
+    """A heartbeat comes when a commit elsewhere wakes the read, not a heartbeat interval
+    later, and it promises that commit."""
+    from changestream.streams.records import HeartbeatRecord
+
+    with changestream.open(str(tmp_path / "promise.db")) as db:
+        db.execute_ddl(ITEMS)
+        db.split_at("Items", [IDLE.start])
+        source = db.ensure_watch_stream()
+        idle = next(p for p in db.partitions(source.stream) if p.start_key != "-∞")
+        records = db.read_stored_changes(source.stream, source.now, None, idle.token, 60_000)
+        first: list[StoredRecord] = []
+        reader = threading.Thread(target=lambda: first.append(next(iter(records))), daemon=True)
+        reader.start()
+        time.sleep(0.2)  # the read waits for commits
+        with db.transaction() as tx:
+            tx.insert("Items", COLUMNS, [[1, "below the idle partition", 1]])
+        assert tx.commit_timestamp is not None
+        reader.join(timeout=30)
+        assert not reader.is_alive(), "no promise within 30 s (the interval asked is 60 s)"
+        close_read(records)
+        (heartbeat,) = first
+        assert isinstance(heartbeat, HeartbeatRecord)
+        assert heartbeat.timestamp >= parse_ts(tx.commit_timestamp)

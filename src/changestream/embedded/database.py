@@ -286,9 +286,12 @@ class EmbeddedDatabase(WatchableDatabase):
     ) -> Iterator[StoredRecord]:
         """The read function, but a batch of inserts stored compact comes as
         :class:`~changestream.streams.stored_changes.StoredInserts` (parsed, not built into
-        a record): for readers that need only its rows, such as watch()."""
+        a record): for readers that need only its rows, such as watch(). A live read also
+        promises at once, with a heartbeat, when a commit it wakes for left its partition
+        unchanged: a merge of many partitions then need not ask the idle ones."""
         query = (stream, start_timestamp, end_timestamp, partition_token, heartbeat_milliseconds)
-        reader = ChangeStreamReader(self._store, validate(self._store, *query, None), stored_change)
+        request = validate(self._store, *query, None)
+        reader = ChangeStreamReader(self._store, request, stored_change, promptly=True)
         return reported_items(reader, "reading a change stream")
 
     @reported

@@ -117,17 +117,25 @@ class ChangeStreamReader(Generic[D]):
     ) -> None: ...
     @overload
     def __init__(
-        self, store: Store, request: ReadRequest, data_record: Callable[[int, bytes, str], D]
+        self,
+        store: Store,
+        request: ReadRequest,
+        data_record: Callable[[int, bytes, str], D],
+        promptly: bool = False,
     ) -> None: ...
     def __init__(
         self,
         store: Store,
         request: ReadRequest,
         data_record: Callable[[int, bytes, str], Any] = DataChangeRecord.from_payload,
+        promptly: bool = False,
     ) -> None:
         self._store = store
         self._request = request
         self._data_record = data_record
+        #: A live read also promises at each commit it wakes for that left its partition
+        #: unchanged (a heartbeat before the interval): see ``read_stored_changes``.
+        self._promptly = promptly
         self._secret = store.secret
         self._split: Split | None = None
         if request.token is not None:
@@ -230,6 +238,7 @@ class ChangeStreamReader(Generic[D]):
         last_emit = time.monotonic()
         seen = signal.generation
         live = request.end is None
+        promised = delivered
         while True:
             if live:
                 # Live readers of this partition woken by the same commit read it once.
@@ -263,6 +272,9 @@ class ChangeStreamReader(Generic[D]):
             if request.end is not None and request.end <= self._store.now():
                 self._wait_until_safe(request.end)
                 continue
+            if live and self._promptly and delivered > promised:
+                promised = delivered
+                yield HeartbeatRecord(delivered, token)
             idle = time.monotonic() - last_emit
             if idle >= heartbeat_s:
                 if self._store.advance_safe_ts() is None and idle < heartbeat_s + _LOCK_GRACE_S:

@@ -15,16 +15,19 @@ partitions record ends it and names its children, and a child is read only once 
 its parents has ended, starting at the child's start timestamp. Until then its floor is just
 below that start.
 
-Idle partitions: heartbeats come at most once a second (the read function's minimum interval),
-so when the smallest record has waited :data:`PROBE_AFTER_S` on partitions with empty buffers
-whose readers have been quiet as long, the merge asks each of them directly with a bounded query
-of the read function, from its floor to the newest buffered commit timestamp. That query returns
-every record of the partition up to its end timestamp and then stops, so afterwards the floor is
-that timestamp: one idle partition holds the others back for milliseconds, not a heartbeat
-interval, using only the read function's contract. The live reader later returns the same
-records again; the floor drops them. A probe takes at most ``PROBE_RECORDS`` records: a
-partition with more is behind (its reader has just started), not idle, and the probe leaves its
-floor at the last record taken rather than read its backlog twice.
+Idle partitions: an embedded database's stored reads promise at each commit that leaves their
+partition unchanged (see ``read_stored_changes``), so an idle partition's floor follows the
+commits. Otherwise heartbeats come at most once a second (the read function's minimum
+interval). Either way, when the smallest record has waited :data:`PROBE_AFTER_S` on
+partitions with empty buffers whose readers have been quiet as long, the merge asks each of
+them directly with a bounded query of the read function, from its floor to the newest buffered
+commit timestamp. That query returns every record of the partition up to its end timestamp and
+then stops, so afterwards the floor is that timestamp: one idle partition holds the others back
+for milliseconds, not a heartbeat interval, using only the read function's contract. The live
+reader later returns the same records again; the floor drops them. A probe takes at most
+``PROBE_RECORDS`` records: a partition with more is behind (its reader has just started), not
+idle, and the probe leaves its floor at the last record taken rather than read its backlog
+twice.
 
 Catching up: what a partition has already committed is read by the merge's own thread, with
 bounded reads up to the database's clock, a chunk (up to ``read_ahead`` records) whenever the
