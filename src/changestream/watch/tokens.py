@@ -101,6 +101,7 @@ class ResumeToken(NamedTuple):
 
 
 _pack = _LAYOUT.pack
+_EVENT = TokenKind.EVENT
 _pack_crc = _CRC.pack
 _crc32 = zlib.crc32
 
@@ -116,6 +117,3 @@ def event_token(
     return (commit_ts, transaction, sequence, mod, 0, _EVENT), {
         "_data": (body + _pack_crc(_crc32(body))).hex()
     }
-
-
-_EVENT = TokenKind.EVENT
