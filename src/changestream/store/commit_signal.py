@@ -6,7 +6,10 @@ connection: 32 live readers were 32 pollers, each finding a commit up to a poll 
 and each woken by every lease checkpoint too. Now a commit made through this handle wakes every
 waiter at once, and one poller thread, running while some reader listens, reads the watermark
 (``max(last_commit_ts, safe_ts)``) and wakes them all when another process moved it past what
-was announced here. Bookkeeping commits (leases, documents) leave the watermark alone and wake
+was announced here. Between looks the poller waits on the database's WAL file, which every
+commit of every process writes (see :mod:`changestream.store.file_watch`): an idle poller looks
+a few times a second, not every few milliseconds, and still sees a commit as it lands.
+Bookkeeping commits (leases, documents) leave the watermark alone and wake
 nobody. Waiters compare a generation number, so a commit between a reader's last look at the
 log and its wait is never missed: a reader takes the generation before it looks.
 """
@@ -21,14 +24,18 @@ from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
+from changestream.store.file_watch import FileWatch
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
 #: The poller's first and longest pause between looks at the watermark: it looks fast while
-#: commits come (for ``ACTIVE_S`` after the last move it saw) and backs off when they stop.
+#: commits come (for ``ACTIVE_S`` after the last move or write it saw) and backs off when
+#: they stop, to ``MAX_POLL_S``, or to ``MAX_WATCHED_POLL_S`` when a write ends a pause.
 FIRST_POLL_S = 0.0005
 MAX_POLL_S = 0.008
+MAX_WATCHED_POLL_S = 0.25
 ACTIVE_S = 0.05
 #: How long the poller stays after the last listener left (a new one then needs no restart).
 _LINGER_S = 1.0
@@ -46,8 +53,12 @@ class CommitSignal:
         connect: Callable[[], sqlite3.Connection],
         watermark: Callable[[sqlite3.Connection], int],
         closed: Callable[[], bool],
+        written: str | None = None,
     ) -> None:
+        """``written``: a file every commit writes (the WAL), whose writes end the poller's
+        pauses."""
         self._connect = connect
+        self._written = written
         self._watermark = watermark
         self._announced = 0
         self._closed = closed
@@ -145,10 +156,13 @@ class CommitSignal:
 
     def _poll(self, polling: threading.Event) -> None:
         conn = None
+        watch = None
         try:
             conn = self._connect()
             with self._cond:
                 self._announced = max(self._announced, self._watermark(conn))
+            # After the first look, which made the WAL file exist.
+            watch = FileWatch(self._written) if self._written else None
             polling.set()
             pause = FIRST_POLL_S
             moved = time.monotonic()
@@ -166,9 +180,14 @@ class CommitSignal:
                 if seen > self._announced:
                     moved = time.monotonic()
                     self.notify(seen)
-                time.sleep(pause)
+                if watch is None or pause < MAX_POLL_S:
+                    time.sleep(pause)
+                elif watch.pause(pause):
+                    # A write: its commit may show in the watermark a moment after it.
+                    moved = time.monotonic()
                 active = time.monotonic() - moved < ACTIVE_S
-                pause = FIRST_POLL_S if active else min(pause * 2, MAX_POLL_S)
+                longest = MAX_WATCHED_POLL_S if watch and watch.watching else MAX_POLL_S
+                pause = FIRST_POLL_S if active else min(pause * 2, longest)
         except Exception:
             if not self._closed():  # readers fall back on their timeouts meanwhile
                 log.exception("the commit poller stopped")
@@ -177,5 +196,7 @@ class CommitSignal:
             with self._cond:
                 if self._poller is threading.current_thread():
                     self._poller = None
+            if watch is not None:
+                watch.close()
             if conn is not None:
                 conn.close()

@@ -123,7 +123,7 @@ class Store:
         self._load = LoadBuffer()
         #: Wakes the readers tailing the change log when its watermark moves.
         self.commit_signal = CommitSignal(
-            self.connection, self.watermark, lambda: self._pool.closed
+            self.connection, self.watermark, lambda: self._pool.closed, f"{path}-wal"
         )
         self._rebalancer = Rebalancer(self)
         try:
