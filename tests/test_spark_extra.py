@@ -9,6 +9,7 @@ import decimal
 import json
 import threading
 import time
+import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -463,3 +464,45 @@ def test_the_old_pipeline_name_still_works_with_a_warning() -> None:
     with pytest.warns(DeprecationWarning, match="Pipeline is now SparkPipeline"):
         old = module.Pipeline
     assert old is SparkPipeline
+
+
+def _worker_pyspark(items: Any) -> Iterator[str]:
+    import pyspark
+
+    yield pyspark.__file__ or ""
+
+
+def test_the_sessions_python_workers_import_the_installed_pyspark_not_spark_s_zip(
+    spark: Any,
+) -> None:
+    """Spark puts its pyspark.zip first on the workers' path, and nothing imported from a zip
+    has bytecode: changestream's daemon puts the installed package first."""
+    import pyspark
+
+    files = spark.sparkContext.parallelize(range(2), 2).mapPartitions(_worker_pyspark).collect()
+    assert files == [pyspark.__file__] * 2
+
+
+def test_the_daemon_moves_only_the_zips_whose_installed_package_has_their_version(
+    tmp_path: Path,
+) -> None:
+    import pyspark
+
+    from changestream.spark._daemon import installed_first
+
+    lib = Path(pyspark.__file__).parent / "python" / "lib"
+    (spark_zip,) = lib.glob("pyspark.zip")
+    (py4j_zip,) = lib.glob("py4j-*-src.zip")
+    other = tmp_path / "other" / "pyspark.zip"
+    other.parent.mkdir()
+    with zipfile.ZipFile(other, "w") as archive:
+        archive.writestr("pyspark/version.py", '__version__: str = "0.0.1"\n')
+    old_py4j = str(tmp_path / "py4j-0.0.1-src.zip")
+    path = [str(spark_zip), str(py4j_zip), str(other), old_py4j, "/site-packages"]
+    assert installed_first(path) == [
+        str(other),
+        old_py4j,
+        "/site-packages",
+        str(spark_zip),
+        str(py4j_zip),
+    ]

@@ -54,6 +54,8 @@ def local_session(
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.pyspark.python", sys.executable)
+        # Its Python daemon imports pyspark with bytecode (see changestream.spark._daemon).
+        .config("spark.python.daemon.module", "changestream.spark._daemon")
         # Checkpoint files renamed with FileSystem.rename: Hadoop's FileContext rename forks
         # a `readlink` per file on a local disk, about 25 ms of every micro-batch's commits.
         .config(
