@@ -506,3 +506,48 @@ def test_the_daemon_moves_only_the_zips_whose_installed_package_has_their_versio
         str(spark_zip),
         str(py4j_zip),
     ]
+
+
+def test_changes_of_dropped_tables_are_events_and_a_table_created_again_replaces_its_replica(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Every change after ``streams start`` becomes an event, also of a table dropped before
+    the pipeline read it (with the columns it had then), and a table dropped and created
+    again under its name has a replica of its own rows only, whether the replica held the
+    former table's rows or not."""
+    path = str(tmp_path / "drops.db")
+    gone = "CREATE TABLE Gone (K INT64 NOT NULL, V STRING(MAX)) PRIMARY KEY (K)"
+    with changestream.open(path) as db:
+        db.execute_ddl([gone, gone.replace("Gone", "Dropped"), ALL])
+    _define(path, tmp_path, "drops", replica=str(tmp_path / "replica"), backfill="none")
+    with changestream.open(path) as db:
+        with db.transaction() as tx:
+            tx.insert("Gone", ["K", "V"], [[1, "one"], [2, "two"]])
+        _run(spark, path, "drops")  # the replica holds the former table's rows
+        with db.transaction() as tx:
+            tx.insert("Gone", ["K", "V"], [[3, "three"]])
+            tx.insert("Dropped", ["K", "V"], [[7, "seven"]])
+        db.execute_ddl(["DROP TABLE Gone", "DROP TABLE Dropped"])
+        db.execute_ddl("CREATE TABLE Gone (K INT64 NOT NULL, W INT64) PRIMARY KEY (K)")
+        with db.transaction() as tx:
+            tx.insert("Gone", ["K", "W"], [[2, 20], [5, 50]])
+    _run(spark, path, "drops")
+    events = [e for f in event_files(tmp_path / "drops" / "events") for e in read_events(f)]
+    payloads = {
+        (e["object"], e["source_metadata"]["table"], json.dumps(e["payload"], sort_keys=True))
+        for e in events
+    }
+    assert payloads == {
+        ("drops_Gone", "Gone", '{"K": 1, "V": "one"}'),
+        ("drops_Gone", "Gone", '{"K": 2, "V": "two"}'),
+        ("drops_Gone", "Gone", '{"K": 3, "V": "three"}'),
+        ("drops_Dropped", "Dropped", '{"K": 7, "V": "seven"}'),
+        ("drops_Gone", "Gone", '{"K": 2, "W": 20}'),
+        ("drops_Gone", "Gone", '{"K": 5, "W": 50}'),
+    }
+    assert len(events) == len(payloads)
+    # The former table's events carry its own shape, so their own schema key.
+    keys = {e["payload"].get("V") is None: e["schema_key"] for e in events if "Gone" in e["object"]}
+    assert keys[True] != keys[False]
+    assert sorted(_replica(tmp_path / "replica", path, "Gone")) == [(2, 20), (5, 50)]
+    assert sorted(_source(path, "Gone")) == [(2, 20), (5, 50)]

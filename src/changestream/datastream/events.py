@@ -46,10 +46,11 @@ from changestream.codecs import (
     record_encoder,
     record_to_event,
 )
-from changestream.ddl.schema import Table
+from changestream.ddl.schema import Column, Table
 from changestream.errors import InvalidArgument
 from changestream.streams.origins import TableOrigin, source_of_tag
 from changestream.streams.records import DataChangeRecord
+from changestream.types import ColumnType
 
 CDC_READ_METHOD: Final = "changestream-cdc"
 BACKFILL_READ_METHOD: Final = "changestream-backfill"
@@ -438,6 +439,28 @@ def record_events(
             record.transaction_tag,
         )
     return events
+
+
+def written_against(record: DataChangeRecord, columns: Iterable[str] | None = None) -> Table:
+    """The table ``record`` was written against, as the record itself describes it (its
+    ``column_types``; the key in the order its mods give it), with only ``columns`` and the
+    key when given: how the changes of a table since dropped, or dropped and created again
+    under its name, are read."""
+    kept = None if columns is None else set(columns)
+    described = [
+        c for c in record.column_types if kept is None or c.is_primary_key or c.name in kept
+    ]
+    key = [c.name for c in described if c.is_primary_key]
+    if record.mods and set(record.mods[0].keys) == set(key):
+        key = list(record.mods[0].keys)
+    return Table(
+        name=record.table_name,
+        columns=tuple(
+            Column(c.name, ColumnType.from_json(c.type), ordinal)
+            for ordinal, c in enumerate(described, 1)
+        ),
+        primary_key=tuple(key),
+    )
 
 
 class _AddedColumns:

@@ -137,6 +137,11 @@ class Table:
     primary_key: tuple[str, ...]
     indexes: tuple[Index, ...] = ()
     row_deletion_policy: RowDeletionPolicy | None = None
+    #: The commit timestamp of the ``CREATE TABLE`` that made the table (None in catalogs
+    #: written before it was recorded). A table dropped and created again under the same name
+    #: is another table: a change committed before this was a former table's. Not part of
+    #: equality, which compares shapes.
+    created_at: int | None = field(default=None, compare=False)
     _by_name: dict[str, Column] = field(init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -165,6 +170,8 @@ class Table:
             out["indexes"] = [i.to_catalog() for i in self.indexes]
         if self.row_deletion_policy is not None:
             out["row_deletion_policy"] = self.row_deletion_policy.to_catalog()
+        if self.created_at is not None:
+            out["created_at"] = self.created_at
         return out
 
     @staticmethod
@@ -179,6 +186,7 @@ class Table:
                 if data.get("row_deletion_policy")
                 else None
             ),
+            created_at=data.get("created_at"),
         )
 
 

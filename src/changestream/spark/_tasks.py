@@ -23,7 +23,12 @@ import pyarrow as pa
 from pyspark import TaskContext
 from pyspark.sql import SparkSession
 
-from changestream.datastream.events import Event, backfill_events, record_events
+from changestream.datastream.events import (
+    Event,
+    backfill_events,
+    record_events,
+    written_against,
+)
 from changestream.datastream.segments import (
     BACKFILL_LANE,
     CDC_LANE,
@@ -78,6 +83,30 @@ class TaskPlan:
     schema_files: bool = False
     #: The source-database table of each mirror table (its events carry that metadata).
     origins: Mapping[str, TableOrigin] = field(default_factory=dict)
+    #: The stream's ``include`` (table → the columns it keeps, None: all; empty: every
+    #: table) and ``exclude``: which tables no longer there the stream still reads.
+    include: Mapping[str, tuple[str, ...] | None] = field(default_factory=dict)
+    exclude: frozenset[str] = frozenset()
+
+    def current(self, table: str, commit_ts: int) -> Table | None:
+        """The table ``table`` is now, if a change committed at ``commit_ts`` is one of its
+        (not a change of a table since dropped, or dropped and created again)."""
+        found = self.tables.get(table)
+        if found is None or (found.created_at is not None and commit_ts < found.created_at):
+            return None
+        return found
+
+    def table_of(self, record: DataChangeRecord) -> Table | None:
+        """The table whose events ``record`` makes: the table as it is now, or, for a change
+        of a former table of that name (dropped since, or dropped and created again), the
+        shape the record carries; None when the stream leaves the table out."""
+        found = self.current(record.table_name, record.commit_timestamp)
+        if found is not None:
+            return found
+        name = record.table_name
+        if (self.include and name not in self.include) or name in self.exclude:
+            return None
+        return written_against(record, self.include.get(name))
 
     def writer(self, lane: str, seq: int, task: int) -> SegmentWriter:
         return SegmentWriter(
@@ -108,11 +137,16 @@ class _Staging:
         self.parts: dict[str, list[pa.Table]] = defaultdict(list)
 
     def add(self, events: Sequence[Event]) -> None:
+        """Stage the changes of ``events`` that are of the tables as they are now (a former
+        table's rows are not the source's any more)."""
         if self.plan.replica is None or not events:
             return
         by_table: dict[str, list[Event]] = defaultdict(list)
+        current = self.plan.current
         for event in events:
-            by_table[event.source_metadata.table].append(event)
+            table = event.source_metadata.table
+            if current(table, event.sort_keys[0]) is not None:
+                by_table[table].append(event)
         for table, table_events in by_table.items():
             self.parts[table].append(self.plan.replicas[table].source_rows(table_events))
 
@@ -142,30 +176,38 @@ def range_events(
 ) -> Iterator[list[Event]]:
     """The events of the plan's tables in one partition range, in commit order, a chunk at a
     time. Their read timestamp is the range's end, so a replay produces the same events."""
-    pending: dict[str, list[DataChangeRecord]] = defaultdict(list)
+    # By the table each record makes events of (by identity: a former table can have the
+    # shape of today's, which must keep its own events), with the records of each.
+    pending: dict[int, tuple[Table, list[DataChangeRecord]]] = {}
+    former: dict[tuple[str, str], Table] = {}
     count = 0
     for record in read_records(db, change_stream, read):
-        if record.table_name not in plan.tables:
-            continue
-        pending[record.table_name].append(record)
+        table = plan.current(record.table_name, record.commit_timestamp)
+        if table is None:
+            shape = (record.table_name, repr(record.column_types))
+            table = former.get(shape) or plan.table_of(record)
+            if table is None:
+                continue
+            former[shape] = table
+        group = pending.get(id(table))
+        if group is None:
+            group = pending[id(table)] = (table, [])
+        group[1].append(record)
         count += len(record.mods)
         if count >= _EVENTS_PER_CHUNK:
-            yield _events(plan, pending, read.end)
-            pending, count = defaultdict(list), 0
+            yield _events(plan, pending.values(), read.end)
+            pending, count = {}, 0
     if count:
-        yield _events(plan, pending, read.end)
+        yield _events(plan, pending.values(), read.end)
 
 
 def _events(
-    plan: TaskPlan, records: Mapping[str, list[DataChangeRecord]], read_at: int
+    plan: TaskPlan, groups: Iterable[tuple[Table, list[DataChangeRecord]]], read_at: int
 ) -> list[Event]:
     out: list[Event] = []
-    for name, table_records in records.items():
-        origin = plan.origins.get(name)
-        table = plan.tables[name]
-        out.extend(
-            record_events(plan.stream_name, plan.schema, table, table_records, read_at, origin)
-        )
+    for table, records in groups:
+        origin = plan.origins.get(table.name) if table is plan.tables.get(table.name) else None
+        out.extend(record_events(plan.stream_name, plan.schema, table, records, read_at, origin))
     return out
 
 

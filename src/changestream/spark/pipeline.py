@@ -45,7 +45,7 @@ from changestream.datastream.catalog import (
     ObjectBackfill,
     StreamCatalog,
 )
-from changestream.datastream.definition import StreamDefinition
+from changestream.datastream.definition import StreamDefinition, table_and_columns
 from changestream.datastream.layout import WORK_DIRECTORY
 from changestream.datastream.segments import due, pending_lanes
 from changestream.datastream.states import StreamState
@@ -499,6 +499,8 @@ class SparkPipeline:
             origins={
                 name: origin for name, origin in table_origins(self.db).items() if name in tables
             },
+            include=dict(table_and_columns(entry) for entry in self.definition.include),
+            exclude=frozenset(self.definition.exclude),
         )
 
     def _tables(self) -> dict[str, Table]:
@@ -663,7 +665,9 @@ class SparkPipeline:
 
     def _replica_key(self, plan: TaskPlan, table: str) -> tuple[Any, ...]:
         settings = (plan.replica, plan.append_only, plan.drop_dropped_columns)
-        return (plan.schema, plan.tables[table], *settings)
+        found = plan.tables[table]
+        # A table created again with the same shape is another table (see Table.created_at).
+        return (plan.schema, found, found.created_at, *settings)
 
     def _replica(self, plan: TaskPlan, table: str) -> DeltaReplica:
         """``plan``'s replica of ``table``: the same object from one micro-batch to the next

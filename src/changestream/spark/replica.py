@@ -265,6 +265,7 @@ class DeltaReplica:
         self.table = table
         self._drop_dropped_columns = drop_dropped_columns
         self._delta: DeltaTable | None = None
+        self._former_rows_gone = False
         self.object = object_name(database, table.name)
         self.path = Path(root) / self.object
         self.schema = self._schema_for(table)
@@ -405,7 +406,33 @@ class DeltaReplica:
         """The Delta table to write to, its columns made the source's (see
         :meth:`_reshaped`; columns added since with a DEFAULT filled with it)."""
         delta = self._reshaped(self.ensure())
-        return self._with_added_defaults(delta) if self._holds_current_rows else delta
+        if not self._holds_current_rows:
+            return delta
+        return self._with_added_defaults(self._without_former_rows(delta))
+
+    def _without_former_rows(self, delta: DeltaTable) -> DeltaTable:
+        """The Delta table without the rows of a former table of this name, dropped before
+        this one was created (``Table.created_at``): the source has none of them. Their
+        changes all committed before the creation, so they are the rows whose sort key is
+        older; a table created anew with rows of the same keys gets its own. Looked at once
+        per replica object (row-group statistics skip the files when there are none)."""
+        created = self.table.created_at
+        if created is None or self._former_rows_gone:
+            return delta
+        bound = f"{created:019d}"
+        older = pc.field(SORT_KEY_COLUMN) < bound
+        former = delta.to_pyarrow_dataset().count_rows(filter=older)
+        if former:
+            delta.delete(f"{SORT_KEY_COLUMN} < '{bound}'")
+            log.info(
+                "replica %s: %d rows of a former table %s removed (the table was dropped and "
+                "created again)",
+                self.object,
+                former,
+                self.table.name,
+            )
+        self._former_rows_gone = True
+        return delta
 
     def _reshaped(self, delta: DeltaTable) -> DeltaTable:
         """The Delta table with the source's columns as they are now, rewritten (one

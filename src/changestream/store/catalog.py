@@ -86,7 +86,7 @@ class Catalog:
     def apply(self, conn: sqlite3.Connection, statement: Statement, commit_ts: int) -> None:
         """Validate one DDL statement against the catalog and apply it in the open transaction."""
         if isinstance(statement, CreateTable):
-            self._create_table(conn, statement.table)
+            self._create_table(conn, replace(statement.table, created_at=commit_ts))
         elif isinstance(statement, DropTable):
             self._drop_table(conn, statement.name)
         elif isinstance(statement, RenameTable):

@@ -66,6 +66,7 @@ class CommitSignal:
         self._generation = 0
         self._listeners = 0
         self._poller: threading.Thread | None = None
+        self._newest_poller: threading.Thread | None = None
         self._polling = threading.Event()
         self._shared_lock = threading.Lock()
         self._shared_generation = -1
@@ -98,6 +99,7 @@ class CommitSignal:
                     daemon=True,
                 )
                 self._poller.start()
+                self._newest_poller = self._poller
             polling = self._polling
         try:
             # Its first look is the baseline: a commit after it is noticed.
@@ -150,7 +152,8 @@ class CommitSignal:
         inside SQLite (a segfault after a benchmark's last line)."""
         self.notify(0)
         with self._cond:
-            poller = self._poller
+            # The newest poller, also one leaving: it lets go of its file and connection last.
+            poller = self._newest_poller
         if poller is not None and poller is not threading.current_thread():
             poller.join(_STOP_S)
 

@@ -97,6 +97,8 @@ class TableBody(Model):
     primary_key: list[str]
     indexes: list[IndexBody] = msgspec.field(default_factory=list)
     row_deletion_policy: RowDeletionPolicyBody | None = None
+    #: The commit timestamp of the CREATE TABLE that made it (absent: not recorded).
+    created_at: int | None = None
 
 
 class Tables(Model):
