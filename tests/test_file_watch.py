@@ -84,3 +84,19 @@ def test_an_idle_poller_looks_rarely_and_still_sees_another_handles_commit_at_on
             # Waiting a whole idle pause would take MAX_WATCHED_POLL_S.
             assert time.monotonic() - committed < commit_signal.MAX_WATCHED_POLL_S / 2
         signal.stop()
+
+
+def test_closing_a_database_ends_its_pollers_long_pause_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(commit_signal, "FIRST_POLL_S", 30.0)  # a pause the close must cut
+    db = changestream.open(str(tmp_path / "s.db"))
+    db.execute_ddl("CREATE TABLE T (K INT64 NOT NULL) PRIMARY KEY (K)")
+    signal = store_of(db).commit_signal
+    with signal.listening():
+        pollers = [t for t in threading.enumerate() if t.name == "changestream-commit-poller"]
+        time.sleep(0.2)  # the poller is in its first pause
+    started = time.monotonic()
+    db.close()
+    assert time.monotonic() - started < 1.5
+    assert pollers and not any(t.is_alive() for t in pollers)

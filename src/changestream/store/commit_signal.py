@@ -24,7 +24,7 @@ from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from changestream.store.file_watch import FileWatch
+from changestream.store.file_watch import FileWatch, Wakeup
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +67,8 @@ class CommitSignal:
         self._listeners = 0
         self._poller: threading.Thread | None = None
         self._newest_poller: threading.Thread | None = None
+        #: Ends the poller's pause when the database closes (made with the first poller).
+        self._wakeup: Wakeup | None = None
         self._polling = threading.Event()
         self._shared_lock = threading.Lock()
         self._shared_generation = -1
@@ -91,6 +93,8 @@ class CommitSignal:
         with self._cond:
             self._listeners += 1
             if self._poller is None:
+                if self._wakeup is None and self._written:
+                    self._wakeup = Wakeup()
                 self._polling = threading.Event()
                 self._poller = threading.Thread(
                     target=self._poll,
@@ -154,8 +158,15 @@ class CommitSignal:
         with self._cond:
             # The newest poller, also one leaving: it lets go of its file and connection last.
             poller = self._newest_poller
+            wakeup = self._wakeup
+        if wakeup is not None:
+            wakeup.wake()
         if poller is not None and poller is not threading.current_thread():
             poller.join(_STOP_S)
+        if wakeup is not None and (poller is None or not poller.is_alive()):
+            with self._cond:
+                self._wakeup = None
+            wakeup.close()
 
     def _poll(self, polling: threading.Event) -> None:
         conn = None
@@ -165,7 +176,7 @@ class CommitSignal:
             with self._cond:
                 self._announced = max(self._announced, self._watermark(conn))
             # After the first look, which made the WAL file exist.
-            watch = FileWatch(self._written) if self._written else None
+            watch = FileWatch(self._written, self._wakeup) if self._written else None
             polling.set()
             pause = FIRST_POLL_S
             moved = time.monotonic()

@@ -9,7 +9,9 @@ sleep and :attr:`FileWatch.watching` is False: the caller keeps its pauses short
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import select
 import time
 from types import TracebackType
@@ -25,11 +27,36 @@ except ImportError:  # not a Unix: pauses are sleeps
 _SELECT_LIMIT = 1024
 
 
-class FileWatch:
-    """Writes to ``path``, waited for with a timeout; close it when done."""
+class Wakeup:
+    """Ends the pauses of the file watches given it at once (a closing database does not
+    wait for its poller's long pause to run out); close it once no watch uses it."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self) -> None:
+        self.fd, self._write_fd = os.pipe()
+        os.set_blocking(self.fd, False)
+        os.set_blocking(self._write_fd, False)
+
+    def wake(self) -> None:
+        with contextlib.suppress(BlockingIOError):  # full: a wake is pending already
+            os.write(self._write_fd, b"\0")
+
+    def clear(self) -> None:
+        with contextlib.suppress(BlockingIOError):
+            while os.read(self.fd, 4096):
+                pass
+
+    def close(self) -> None:
+        os.close(self.fd)
+        os.close(self._write_fd)
+
+
+class FileWatch:
+    """Writes to ``path``, waited for with a timeout (ended early by ``wakeup``); close it
+    when done."""
+
+    def __init__(self, path: str, wakeup: Wakeup | None = None) -> None:
         self._path = path
+        self._wakeup = wakeup
         self._inotify: INotify | None = None
         if INotify is None:
             return
@@ -46,17 +73,25 @@ class FileWatch:
         return self._inotify is not None
 
     def pause(self, seconds: float) -> bool:
-        """Wait ``seconds``, or less if the file is written meanwhile; True when it was
-        (a write already made since the last pause counts)."""
+        """Wait ``seconds``, or less if the file is written or the wakeup wakes meanwhile;
+        True when the file was written (a write made since the last pause counts)."""
         if self._inotify is None:
             time.sleep(seconds)
             return False
-        if self._inotify.fileno() < _SELECT_LIMIT:
+        fds = [self._inotify.fileno()]
+        if self._wakeup is not None:
+            fds.append(self._wakeup.fd)
+        if max(fds) < _SELECT_LIMIT:
             # select() waits to the microsecond; poll() rounds a 0.5 ms pause up to 1 ms.
-            select.select([self._inotify], [], [], seconds)
-            events = self._inotify.read(timeout=0)
+            select.select(fds, [], [], seconds)
         else:
-            events = self._inotify.read(timeout=seconds * 1000)
+            poller = select.poll()
+            for fd in fds:
+                poller.register(fd, select.POLLIN)
+            poller.poll(seconds * 1000)
+        if self._wakeup is not None:
+            self._wakeup.clear()
+        events = self._inotify.read(timeout=0)
         if any(event.mask & flags.IGNORED for event in events):
             # The file was removed: its writes are no longer seen, so pauses become sleeps.
             log.debug("%s was removed, pauses are sleeps", self._path)
