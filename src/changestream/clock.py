@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import re
 import time
 from collections.abc import Callable
@@ -34,12 +35,21 @@ def next_commit_ts(now: int, last_us: int, floor_us: int = 0) -> int:
     return max(now, last_us + 1, floor_us + 1)
 
 
+@functools.lru_cache(maxsize=4096)
+def second_text(seconds: int) -> str:
+    """Seconds since the epoch as RFC 3339 without a fraction or zone: ``YYYY-MM-DDTHH:MM:SS``.
+
+    Cached because the timestamps of a batch share few distinct seconds, and building the
+    text is most of formatting one (the server formats every record's commit timestamp);
+    not strftime, which is slower and does not zero-pad years below 1000."""
+    m = _EPOCH + dt.timedelta(seconds=seconds)
+    return f"{m.year:04d}-{m.month:02d}-{m.day:02d}T{m.hour:02d}:{m.minute:02d}:{m.second:02d}"
+
+
 def format_ts(us: int) -> str:
     """Render microseconds as RFC 3339 with six fractional digits and ``Z``."""
     seconds, micros = divmod(us, 1_000_000)
-    moment = _EPOCH + dt.timedelta(seconds=seconds)
-    # strftime's %Y does not zero-pad years before 1000, and the text must parse back.
-    return f"{moment.year:04d}-" + moment.strftime("%m-%dT%H:%M:%S") + f".{micros:06d}Z"
+    return f"{second_text(seconds)}.{micros:06d}Z"
 
 
 def to_datetime(us: int) -> dt.datetime:

@@ -33,7 +33,7 @@ from typing import Any
 
 import orjson
 
-from changestream.clock import parse_ts, to_datetime
+from changestream.clock import format_ts, parse_ts, second_text, to_datetime
 from changestream.types import NAN_TEXT, ColumnType
 
 Codec = Callable[[Any], Any]
@@ -59,18 +59,10 @@ def _each(element: Codec) -> Codec:
 
 
 @functools.lru_cache(maxsize=4096)
-def _second_text(seconds: int) -> str:
-    # Cached because the values of a batch share few distinct seconds, and strftime is slow
-    # (and does not zero-pad years below 1000).
-    m = _EPOCH + dt.timedelta(seconds=seconds)
-    return f"{m.year:04d}-{m.month:02d}-{m.day:02d}T{m.hour:02d}:{m.minute:02d}:{m.second:02d}"
-
-
-@functools.lru_cache(maxsize=4096)
 def micros_text(us: int) -> str:
-    """Microseconds as RFC 3339 with six fractional digits and ``Z``."""
-    seconds, fraction = divmod(us, 1_000_000)
-    return f"{_second_text(seconds)}.{fraction:06d}Z"
+    """Microseconds as RFC 3339 with six fractional digits and ``Z``: :func:`format_ts`,
+    cached (an event's commit timestamp is formatted again for each of its mods)."""
+    return format_ts(us)
 
 
 def timestamp_text(value: Any) -> str:
@@ -84,7 +76,7 @@ def timestamp_text(value: Any) -> str:
 def millis_text(us: int) -> str:
     """Microseconds as RFC 3339 with milliseconds and ``Z`` (the seed's ``read_timestamp``)."""
     seconds, fraction = divmod(us, 1_000_000)
-    return f"{_second_text(seconds)}.{fraction // 1000:03d}Z"
+    return f"{second_text(seconds)}.{fraction // 1000:03d}Z"
 
 
 # -- change-record JSON ----------------------------------------------------------------------

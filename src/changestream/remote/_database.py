@@ -303,9 +303,10 @@ class RemoteDatabase(WatchableDatabase):
     def _records(
         self, body: models.ReadChangeStreamRequest, response: httpx.Response
     ) -> Iterator[ChangeRecord]:
-        #: How far the records returned so far go (None: none yet).
-        position: Position | None = None
-        #: That position when the current connection was opened (None: the first one).
+        #: The record returned so far that goes furthest (None: none yet); its position is
+        #: worked out only when a connection is cut.
+        furthest: ChangeRecord | None = None
+        #: Its position when the current connection was opened (None: the first one).
         resumed: Position | None = None
         try:
             while True:
@@ -319,8 +320,10 @@ class RemoteDatabase(WatchableDatabase):
                             if record.ends_partition:
                                 yield record
                                 return  # it ends the query; only the end line can follow
-                            moved = Position.after(record)
-                            position = moved if position is None else max(position, moved)
+                            # Records come in position order: a later one at the same
+                            # timestamp goes at least as far.
+                            if furthest is None or record.timestamp >= furthest.timestamp:
+                                furthest = record
                             yield record
                         elif kind == "end":
                             return
@@ -331,6 +334,7 @@ class RemoteDatabase(WatchableDatabase):
                 except httpx.TransportError:
                     pass  # cut: carry on from where we are, on a new connection
                 response.close()
+                position = None if furthest is None else Position.after(furthest)
                 resumed = position
                 if position is not None:
                     # Records of the last transaction may span the cut: start at its timestamp
