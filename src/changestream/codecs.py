@@ -38,8 +38,6 @@ from changestream.types import NAN_TEXT, ColumnType
 
 Codec = Callable[[Any], Any]
 
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
-
 
 def identity(value: Any) -> Any:
     """The value itself (the codec of a form that needs no conversion)."""
