@@ -142,13 +142,17 @@ class _Staging:
         if self.plan.replica is None or not events:
             return
         by_table: dict[str, list[Event]] = defaultdict(list)
-        current = self.plan.current
         for event in events:
-            table = event.source_metadata.table
-            if current(table, event.sort_keys[0]) is not None:
-                by_table[table].append(event)
+            by_table[event.source_metadata.table].append(event)
         for table, table_events in by_table.items():
-            self.parts[table].append(self.plan.replicas[table].source_rows(table_events))
+            found = self.plan.tables.get(table)
+            if found is None:
+                continue
+            if found.created_at is not None:
+                created = found.created_at
+                table_events = [e for e in table_events if e.sort_keys[0] >= created]
+            if table_events:
+                self.parts[table].append(self.plan.replicas[table].source_rows(table_events))
 
     def write(self, batch_key: str, task: int) -> list[Summary]:
         out: list[Summary] = []
