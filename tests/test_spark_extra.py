@@ -7,10 +7,11 @@ import base64
 import datetime as dt
 import decimal
 import json
+import os
 import threading
 import time
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -481,6 +482,24 @@ def test_the_sessions_python_workers_import_the_installed_pyspark_not_spark_s_zi
 
     files = spark.sparkContext.parallelize(range(2), 2).mapPartitions(_worker_pyspark).collect()
     assert files == [pyspark.__file__] * 2
+
+
+def _worker_socket_mode(_: Iterable[int]) -> Iterator[str]:
+    yield os.environ.get("PYTHON_UNIX_DOMAIN_ENABLED", "unset")
+
+
+def test_a_local_sessions_workers_talk_to_the_jvm_over_unix_sockets_in_a_private_directory(
+    spark: Any,
+) -> None:
+    """Local workers use Unix domain sockets (over TCP each task waited out a delayed ACK),
+    whose files go to a directory of this process's, not loose in the temp directory."""
+    modes = spark.sparkContext.parallelize(range(2), 2).mapPartitions(_worker_socket_mode)
+    assert [mode.lower() for mode in modes.collect()] == ["true", "true"]
+    conf = spark.sparkContext.getConf()
+    directory = Path(conf.get("spark.python.unix.domain.socket.dir"))
+    assert directory.name.startswith("changestream-sockets-")
+    assert directory.is_dir()
+    assert any(path.is_socket() for path in directory.iterdir())
 
 
 def test_the_daemon_moves_only_the_zips_whose_installed_package_has_their_version(
