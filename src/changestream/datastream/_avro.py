@@ -1,4 +1,5 @@
-"""Avro form of events: one schema per object (table definition), records for fastavro.
+"""Avro form of events: one schema per object (table definition), and each event written as
+a record of it (binary, by an encoder compiled from the schema: see ``avro_binary``).
 
 The schema is a record ``Event`` with the generic metadata, a ``SourceMetadata`` record and a
 ``Payload`` record whose fields are the table's columns in ordinal order, so a column's value is
@@ -27,6 +28,7 @@ the column name with other characters replaced by ``_``; each field also carries
 from __future__ import annotations
 
 import re
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
@@ -37,13 +39,22 @@ from changestream.clock import parse_ts
 from changestream.codecs import (
     Codec,
     event_encoder,
+    identity,
     micros_text,
     millis_text,
     text_decoder,
     text_encoder,
 )
-from changestream.datastream.events import Event
+from changestream.datastream.avro_binary import (
+    Encoder,
+    compile_encoder,
+    long_bytes,
+    name_bytes,
+    string_bytes,
+)
+from changestream.datastream.events import Event, SourceMetadata
 from changestream.ddl.schema import Table
+from changestream.errors import InvalidArgument
 from changestream.types import ColumnType
 
 _SCALAR_TYPES: dict[str, Any] = {
@@ -167,11 +178,11 @@ def avro_schema(table: Table, flavor: str = "changestream") -> dict[str, Any]:
 
 @dataclass(frozen=True, slots=True)
 class AvroPlan:
-    """A table's parsed Avro schema and, in column order, the payload fields: column name,
-    Avro field name, encoder and the name of the field's non-null union branch."""
+    """A table's parsed Avro schema and the function writing an event of it as an Avro
+    record of that schema (binary)."""
 
     schema: dict[str, Any]
-    fields: tuple[tuple[str, str, Codec, str], ...]
+    encode: Callable[[Event], bytes]
 
 
 # By schema key, for the reason given at changestream.datastream.events.plan_of.
@@ -189,59 +200,102 @@ def avro_plan_of(event: Event) -> AvroPlan:
 
 def avro_plan(table: Table, flavor: str = "changestream") -> AvroPlan:
     """The :class:`AvroPlan` of a table definition."""
+    schema = avro_schema(table, flavor)
     return AvroPlan(
-        schema=cast(dict[str, Any], fastavro.parse_schema(avro_schema(table, flavor))),
-        fields=tuple(
-            (column.name, field_name, text_encoder(column.type), _branch(avro_type(column.type)))
-            for field_name, column in zip(_field_names(table), table.columns, strict=True)
-        ),
+        schema=cast(dict[str, Any], fastavro.parse_schema(schema)),
+        encode=_EventEncoder(table, flavor, schema).encode,
     )
 
 
-def _branch(avro: Any) -> str:
-    """How fastavro names a union branch of type ``avro`` (its tuple notation)."""
-    return avro if isinstance(avro, str) else str(avro["type"])
+_optional_string = compile_encoder(["null", "string"])
+_optional_long = compile_encoder(["null", "long"])
 
 
-def _in(branch: str, value: Any) -> Any:
-    """``value`` of a ``["null", branch]`` union in fastavro's tuple notation, which spares it
-    trying the union's types one by one."""
-    return None if value is None else (branch, value)
+def _sort_keys(keys: tuple[int, ...]) -> bytes:
+    """``sort_keys``, an array of ``["string", "long"]`` whose items are all longs."""
+    return long_bytes(len(keys)) + b"".join([b"\x02" + long_bytes(key) for key in keys]) + b"\x00"
 
 
-def avro_record(event: Event) -> dict[str, Any]:
-    """The event as a record of :func:`avro_schema` of its table."""
-    meta = event.source_metadata
-    payload = event.payload
-    return {
-        "stream_name": event.stream_name,
-        "read_method": event.read_method,
-        "object": event.object,
-        "schema_key": event.schema_key,
-        "uuid": event.uuid,
-        "read_timestamp": event.read_timestamp // 1000,
-        "source_timestamp": event.source_timestamp // 1000,
-        "sort_keys": [("long", key) for key in event.sort_keys],
-        "source_metadata": (
-            meta.to_json_dict()
-            if meta.origin is not None
-            else {
-                "database": meta.database,
-                "table": meta.table,
-                "is_deleted": meta.is_deleted,
-                "change_type": meta.change_type,
-                "tx_id": _in("string", meta.tx_id),
-                "commit_timestamp": _in("long", meta.commit_timestamp),
-                "record_sequence": _in("string", meta.record_sequence),
-                "mod_index": _in("long", meta.mod_index),
-                "primary_keys": list(meta.primary_keys),
-            }
-        ),
-        "payload": {
-            field_name: _in(branch, encode(payload[name]))
-            for name, field_name, encode, branch in avro_plan_of(event).fields
-        },
-    }
+_names = compile_encoder({"type": "array", "items": "string"})
+
+
+class _EventEncoder:
+    """Writes an event as a record of :func:`avro_schema` of its table, with the values
+    :meth:`Event.to_json_dict` holds (timestamps as longs, the payload's NUMERIC and JSON as
+    text). The envelope and changestream's own metadata are laid out here in the schema's
+    field order, the rest is compiled from the schema (``tests/test_avro_binary.py`` checks
+    every flavor against fastavro's bytes)."""
+
+    def __init__(self, table: Table, flavor: str, schema: dict[str, Any]) -> None:
+        fields = {f["name"]: f["type"] for f in schema["fields"]}
+        self._own_metadata = flavor == "changestream"
+        self._source_metadata = compile_encoder(fields["source_metadata"])
+        self._payload = [(column.name, _payload_field(column.type)) for column in table.columns]
+        self._keys: dict[tuple[str, ...], bytes] = {}
+
+    def encode(self, event: Event) -> bytes:
+        payload = event.payload
+        try:
+            return b"".join(
+                [
+                    name_bytes(event.stream_name),
+                    name_bytes(event.read_method),
+                    name_bytes(event.object),
+                    name_bytes(event.schema_key),
+                    string_bytes(event.uuid),
+                    long_bytes(event.read_timestamp // 1000),
+                    long_bytes(event.source_timestamp // 1000),
+                    _sort_keys(event.sort_keys),
+                    self._metadata(event.source_metadata),
+                    *[encode(payload[name]) for name, encode in self._payload],
+                ]
+            )
+        except (AttributeError, TypeError, ValueError, struct.error) as exc:
+            raise InvalidArgument(
+                f"event {event.uuid} cannot be written as Avro: {self._fault(event)}"
+            ) from exc
+
+    def _fault(self, event: Event) -> str:
+        """What in ``event`` does not fit its schema (only looked for once it failed)."""
+        for name, encode in self._payload:
+            try:
+                encode(event.payload[name])
+            except (AttributeError, TypeError, ValueError, struct.error):
+                value = event.payload[name]
+                column = event.table.column(name)
+                kind = "" if column is None else f" ({column.type})"
+                return f"column {name}{kind} holds {value!r}"
+        return "its envelope or source metadata does not fit the event schema"
+
+    def _metadata(self, meta: SourceMetadata) -> bytes:
+        if not self._own_metadata:
+            return self._source_metadata(meta.to_json_dict())
+        keys = self._keys.get(meta.primary_keys)
+        if keys is None:
+            keys = self._keys[meta.primary_keys] = _names(meta.primary_keys)
+        return b"".join(
+            [
+                name_bytes(meta.database),
+                name_bytes(meta.table),
+                b"\x01" if meta.is_deleted else b"\x00",
+                name_bytes(meta.change_type),
+                _optional_string(meta.tx_id),
+                _optional_long(meta.commit_timestamp),
+                _optional_string(meta.record_sequence),
+                _optional_long(meta.mod_index),
+                keys,
+            ]
+        )
+
+
+def _payload_field(ctype: ColumnType) -> Encoder:
+    """A payload field of a column of ``ctype``: its ``["null", T]`` union of the value's
+    columnar form (see ``codecs.text_encoder``)."""
+    encode = compile_encoder(["null", avro_type(ctype)])
+    to_text = text_encoder(ctype)
+    if to_text is identity:
+        return encode
+    return lambda value: encode(to_text(value))
 
 
 def payload_converter(writer_schema: dict[str, Any]) -> Callable[[dict[str, Any]], dict[str, Any]]:

@@ -20,9 +20,11 @@ partial visible one.
 from __future__ import annotations
 
 import gzip
+import io
 import os
 import uuid
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Final, Protocol, cast
 
@@ -30,7 +32,7 @@ import fastavro
 import orjson
 
 from changestream.clock import to_datetime
-from changestream.datastream._avro import avro_plan_of, avro_record, event_dict, payload_converter
+from changestream.datastream._avro import avro_plan_of, event_dict, payload_converter
 from changestream.datastream.events import Event
 from changestream.datastream.layout import EXTENSIONS
 from changestream.datastream.layout import event_files as event_files
@@ -100,14 +102,20 @@ class _CountedFile:
 
 
 class _AvroSink:
+    """Avro records encoded by the table's :class:`AvroPlan`, in blocks fastavro frames."""
+
     def __init__(self, fo: IO[bytes], event: Event, max_file_bytes: int) -> None:
         self._fo = _CountedFile(fo)
-        # fastavro writes a block once it holds sync_interval bytes, so the bytes written so
-        # far lag the true size by less than a block: cap the block at 1/8 of a file.
+        plan = avro_plan_of(event)
+        self._encode = plan.encode
+        # A block is written once it holds this many bytes, so the bytes written so far lag
+        # the true size by less than a block: cap the block at 1/8 of a file.
+        self._block_bytes = max(1, min(_AVRO_BLOCK_BYTES, max_file_bytes // 8))
+        self._records: list[bytes] = []
+        self._pending = 0
         self._writer = fastavro.write.Writer(
             cast(IO[bytes], self._fo),
-            avro_plan_of(event).schema,
-            sync_interval=max(1, min(_AVRO_BLOCK_BYTES, max_file_bytes // 8)),
+            plan.schema,
             metadata={
                 "changestream.object": event.object,
                 "changestream.schema_key": event.schema_key,
@@ -115,11 +123,31 @@ class _AvroSink:
         )
 
     def write(self, event: Event) -> int:
-        self._writer.write(avro_record(event))
+        record = self._encode(event)
+        self._records.append(record)
+        self._pending += len(record)
+        if self._pending >= self._block_bytes:
+            self._dump()
         return self._fo.written
 
+    def _dump(self) -> None:
+        if self._records:
+            block = _EncodedBlock(len(self._records), io.BytesIO(b"".join(self._records)))
+            self._writer.write_block(block)
+            self._records, self._pending = [], 0
+
     def finish(self) -> None:
+        self._dump()
         self._writer.flush()
+
+
+@dataclass(frozen=True, slots=True)
+class _EncodedBlock:
+    """Records already encoded, as ``fastavro``'s ``Writer.write_block`` takes a block (the
+    two attributes it reads of a ``fastavro.block_reader`` block)."""
+
+    num_records: int
+    bytes_: io.BytesIO
 
 
 class EventFile:
