@@ -344,11 +344,12 @@ def _uuid(*parts: Any) -> str:
 
 def _uuid_of(parts_json: bytes) -> str:
     """:func:`_uuid` of the parts whose JSON (as ``orjson`` writes it) is ``parts_json``."""
-    digest = bytearray(hashlib.sha1(_UUID_NAMESPACE_BYTES + parts_json).digest()[:16])
-    digest[6] = (digest[6] & 0x0F) | 0x50  # version 5
-    digest[8] = (digest[8] & 0x3F) | 0x80  # RFC 4122 variant
-    h = digest.hex()
-    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+    h = hashlib.sha1(_UUID_NAMESPACE_BYTES + parts_json).hexdigest()
+    # Version 5 in the 13th digit, the RFC 4122 variant in the two top bits of the 17th.
+    return f"{h[:8]}-{h[8:12]}-5{h[13:16]}-{_VARIANT[h[16]]}{h[17:20]}-{h[20:32]}"
+
+
+_VARIANT: Final = {digit: "89ab"[int(digit, 16) & 3] for digit in "0123456789abcdef"}
 
 
 def _decode_row(

@@ -158,6 +158,8 @@ class EventFile:
         self.schema_key = first.schema_key
         self.first_read_us = first.read_timestamp
         self.size = 0
+        #: The events written so far.
+        self.events = 0
         self.temp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
         self._fo = open(self.temp, "wb", buffering=_BUFFER_BYTES)  # noqa: SIM115 (closed in commit/abort)
         self._sink: _Sink
@@ -170,6 +172,7 @@ class EventFile:
 
     def write(self, event: Event) -> None:
         self.size = self._sink.write(event)
+        self.events += 1
 
     def commit(self) -> None:
         """Make the file durable and visible under its final name (directory synced later)."""

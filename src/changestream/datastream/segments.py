@@ -98,24 +98,19 @@ class SegmentWriter:
         self.root, self.format, self.max_file_bytes = root, format, max_file_bytes
         self.schema_files = schema_files
         self.lane, self.seq, self.task = lane, seq, task
-        self._open: dict[tuple[str, str], tuple[EventFile, int]] = {}
+        self._open: dict[tuple[str, str], EventFile] = {}
         self._parts: dict[tuple[str, str], int] = {}
         self._done: list[tuple[str, Path, int]] = []
-        self._counts: dict[Path, int] = {}
 
     def write(self, events: Iterable[Event]) -> None:
         for event in events:
             lane = (event.object, event.schema_key)
-            current = self._open.get(lane)
-            if current is None:
-                current = self._start(event)
-            file, count = current
+            file = self._open.get(lane) or self._start(event)
             file.write(event)
-            self._open[lane] = (file, count + 1)
             if file.size >= self.max_file_bytes:
                 self._finish(lane)
 
-    def _start(self, event: Event) -> tuple[EventFile, int]:
+    def _start(self, event: Event) -> EventFile:
         lane = (event.object, event.schema_key)
         part = self._parts.get(lane, 0)
         self._parts[lane] = part + 1
@@ -126,14 +121,14 @@ class SegmentWriter:
             schema = {"schema_key": event.schema_key, "schema": avro_schema(event.table, flavor)}
             _write_json(directory / _SCHEMA, schema)
         name = segment_name(self.seq, self.task, part, event.read_timestamp, self.format)
-        started = (EventFile(directory / name, self.format, event, self.max_file_bytes), 0)
+        started = EventFile(directory / name, self.format, event, self.max_file_bytes)
         self._open[lane] = started
         return started
 
     def _finish(self, lane: tuple[str, str]) -> None:
-        file, count = self._open.pop(lane)
+        file = self._open.pop(lane)
         file.commit()
-        self._done.append((lane[0], file.path, count))
+        self._done.append((lane[0], file.path, file.events))
 
     def close(self) -> list[tuple[str, Path, int]]:
         """Commit every open segment; returns (object, segment path, events) of each."""
@@ -143,7 +138,7 @@ class SegmentWriter:
         return self._done
 
     def abort(self) -> None:
-        for file, _ in self._open.values():
+        for file in self._open.values():
             file.abort()
         self._open.clear()
 
