@@ -1,4 +1,4 @@
-"""Stopping the pipeline's Spark session: the context stops at once and PySpark's accumulator
+"""Stopping the pipeline's Spark context: it stops at once and PySpark's accumulator
 server, stopped in the background, is gone shortly after (no thread or socket left behind).
 In a process of its own: this one's tests share a session."""
 
@@ -15,13 +15,13 @@ pytest.importorskip("pyspark")
 SCRIPT = """
 import socket, sys, threading, time
 from changestream.spark import local_session
-from changestream.spark._query_control import stop_session
-spark = local_session("local[1]", log=sys.argv[1])
-assert spark.range(10).count() == 10
-context = spark.sparkContext
+from changestream.spark._query_control import stop_context
+from changestream.spark._session import local_context
+context = local_context("local[1]", log=sys.argv[1])
+assert context.parallelize(range(10), 2).count() == 10
 server = context._accumulatorServer
 address = server.server_address
-stop_session(spark)
+stop_context(context)
 assert context._jsc is None, "the context is stopped"
 deadline = time.monotonic() + 30
 while any(t.name == "spark-accumulators-stop" for t in threading.enumerate()):
@@ -37,7 +37,8 @@ if isinstance(address, tuple):
         raise AssertionError("something still listens on the accumulator server's port")
 again = local_session("local[1]", log=sys.argv[1])
 assert again.range(5).count() == 5, "a new session starts after it"
-stop_session(again)
+assert again.conf.get("spark.sql.session.timeZone") == "UTC"
+stop_context(again.sparkContext)
 print("ok")
 """
 

@@ -275,7 +275,7 @@ def test_ranges_planned_from_the_logged_offsets_are_the_ones_the_source_reads(
 def test_warming_the_workers_runs_in_the_background_and_ends(spark: Any) -> None:
     from changestream.spark._session import _import_task_code, warm_workers
 
-    thread = warm_workers(spark)
+    thread = warm_workers(spark.sparkContext)
     thread.join(120)
     assert not thread.is_alive()
     # Its tasks import the task code (a failure there would only be logged).

@@ -8,7 +8,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from pyspark.sql import SparkSession
+from pyspark import SparkContext
 
 from changestream.errors import (
     ChangeStreamError,
@@ -46,28 +46,27 @@ class Heartbeat:
         self._beat_once(False)
 
 
-def spark_is_gone(spark: SparkSession) -> str | None:
-    """Why ``spark`` cannot run jobs any more (its driver JVM gone, its context stopped), or
-    None while it can."""
+def spark_is_gone(context: SparkContext) -> str | None:
+    """Why ``context`` cannot run jobs any more (its driver JVM gone, it stopped), or None
+    while it can."""
     try:
-        stopped = spark.sparkContext._jsc.sc().isStopped()
+        stopped = context._jsc.sc().isStopped()
     except Exception as exc:  # py4j: the JVM is gone
         lines = str(exc).strip().splitlines() or ["no answer"]
         return f"{type(exc).__name__}: {lines[0]}"
     return "the Spark context was stopped" if stopped else None
 
 
-def stop_session(spark: SparkSession) -> None:
-    """Stop the session the pipeline started. PySpark's accumulator server (private to it)
+def stop_context(context: SparkContext) -> None:
+    """Stop the context the pipeline started. PySpark's accumulator server (private to it)
     stops only once its connection handler next wakes, which it does every second, and
     ``SparkContext.stop`` waits for that; the pipeline uses no accumulators, so the server
     is stopped in the background instead (about 0.8 s sooner at the end of every run)."""
-    context = spark.sparkContext
     accumulators = getattr(context, "_accumulatorServer", None)
     if accumulators is not None:
         context._accumulatorServer = None  # type: ignore[assignment]
     try:
-        spark.stop()
+        context.stop()
     except Exception as exc:  # the JVM is gone: nothing left to stop
         log.debug("stopping Spark failed: %s", exc)
     if accumulators is not None:

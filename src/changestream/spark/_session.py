@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Final
 
+from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
 from changestream.spark.jvm_archive import driver_java_options
@@ -38,31 +39,48 @@ def local_session(
 ) -> SparkSession:
     """A SparkSession on ``master`` whose Python workers run this interpreter (so they see
     the same packages), with the ``changestream`` source registered (unless not ``source``:
-    the pipeline plans its micro-batches itself, and registering a Python data source costs
-    a Python process of Spark's, about a second on two cores). With ``log``, the JVM's own
-    output (its WARN lines, progress bars) goes to that file, not to this terminal. With
-    ``warm``, :func:`warm_workers` starts as soon as the session is up.
+    registering a Python data source costs a Python process of Spark's, about a second on
+    two cores). With ``log``, the JVM's own output (its WARN lines, progress bars) goes to
+    that file, not to this terminal. With ``warm``, :func:`warm_workers` starts as soon as
+    the session is up.
 
     A new driver JVM gets :data:`DRIVER_JAVA_OPTIONS` and maps the class archive of
     :mod:`changestream.spark.jvm_archive` when there is one (``changestream pipeline
     prepare`` builds it), unless ``PYSPARK_SUBMIT_ARGS`` passes driver Java options of its
-    own (those win)."""
+    own (those win). The session runs on :func:`local_context`."""
     from changestream.spark._source import register
 
+    local_context(master, app_name, log, warm)
+    spark = SparkSession.builder.getOrCreate()
+    if source:
+        register(spark)
+    return spark
+
+
+def local_context(
+    master: str = "local[2]",
+    app_name: str = "changestream",
+    log: str | os.PathLike[str] | None = None,
+    warm: bool = False,
+) -> SparkContext:
+    """The SparkContext of :func:`local_session`, set up the same way, without a SQL session:
+    what the pipeline runs on (its jobs are plain RDD tasks, and a SparkSession costs about
+    0.6 s more to start on two cores)."""
     # Workers must import changestream and pyarrow from this environment.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    builder = (
-        SparkSession.builder.master(master)
-        .appName(app_name)
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.pyspark.python", sys.executable)
+    conf = (
+        SparkConf()
+        .setMaster(master)
+        .setAppName(app_name)
+        .set("spark.ui.enabled", "false")
+        .set("spark.sql.shuffle.partitions", "2")
+        .set("spark.sql.session.timeZone", "UTC")
+        .set("spark.pyspark.python", sys.executable)
         # Its Python daemon imports pyspark with bytecode (see changestream.spark._daemon).
-        .config("spark.python.daemon.module", "changestream.spark._daemon")
+        .set("spark.python.daemon.module", "changestream.spark._daemon")
         # Checkpoint files renamed with FileSystem.rename: Hadoop's FileContext rename forks
         # a `readlink` per file on a local disk, about 25 ms of every micro-batch's commits.
-        .config(
+        .set(
             "spark.sql.streaming.checkpointFileManagerClass",
             "org.apache.spark.sql.execution.streaming.checkpointing."
             "FileSystemBasedCheckpointFileManager",
@@ -73,23 +91,20 @@ def local_session(
         # task's input reached its worker about 40 ms after its command, a delayed ACK's
         # wait (a 2-task job took 100-150 ms, 51-84 with these). Not for a cluster: its
         # executors would need this driver's directory.
-        builder = builder.config("spark.python.unix.domain.socket.enabled", "true").config(
-            "spark.python.unix.domain.socket.dir", _socket_dir()
-        )
+        conf.set("spark.python.unix.domain.socket.enabled", "true")
+        conf.set("spark.python.unix.domain.socket.dir", _socket_dir())
     if not _driver_java_options_given():
         options = [*DRIVER_JAVA_OPTIONS, driver_java_options()]
-        builder = builder.config("spark.driver.extraJavaOptions", " ".join(o for o in options if o))
+        conf.set("spark.driver.extraJavaOptions", " ".join(o for o in options if o))
     if log is None:
-        spark = builder.getOrCreate()
+        context = SparkContext.getOrCreate(conf)
     else:
         with _stderr_to(Path(log)):
-            spark = builder.getOrCreate()
-        spark.sparkContext.setLogLevel("ERROR")
+            context = SparkContext.getOrCreate(conf)
+        context.setLogLevel("ERROR")
     if warm:
-        warm_workers(spark)
-    if source:
-        register(spark)
-    return spark
+        warm_workers(context)
+    return context
 
 
 @functools.cache
@@ -124,7 +139,7 @@ def _stderr_to(log: Path) -> Iterator[None]:
         os.close(target)
 
 
-def warm_workers(spark: SparkSession) -> threading.Thread:
+def warm_workers(context: SparkContext) -> threading.Thread:
     """Start, in the background, what a pipeline's first micro-batch would otherwise wait for:
     Spark's Python workers, with the pipeline's task code imported (a tiny job). The workers
     stay for the micro-batches (Spark reuses them). A failure here only costs the head start:
@@ -132,10 +147,8 @@ def warm_workers(spark: SparkSession) -> threading.Thread:
 
     def run() -> None:
         try:
-            slots = spark.sparkContext.defaultParallelism
-            spark.sparkContext.parallelize(range(slots), slots).mapPartitions(
-                _import_task_code
-            ).collect()
+            slots = context.defaultParallelism
+            context.parallelize(range(slots), slots).mapPartitions(_import_task_code).collect()
         except Exception as exc:
             log.debug("warming Spark's Python workers failed: %s", exc)
 

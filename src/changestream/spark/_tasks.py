@@ -20,8 +20,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import pyarrow as pa
-from pyspark import TaskContext
-from pyspark.sql import SparkSession
+from pyspark import SparkContext, TaskContext
 
 from changestream.datastream.events import (
     Event,
@@ -328,7 +327,7 @@ class PublishTask:
 
 
 def run_tasks(
-    spark: SparkSession,
+    context: SparkContext,
     task: Callable[[Iterable[Any]], Iterator[Summary]],
     items: int | Sequence[Any],
 ) -> list[dict[str, Any]]:
@@ -338,7 +337,7 @@ def run_tasks(
     Plain RDD tasks, not a DataFrame's: a pipeline's jobs need no query planning, and the
     first one of a session starts sooner without it."""
     data = range(items) if isinstance(items, int) else list(items)
-    rows = spark.sparkContext.parallelize(data, len(data)).mapPartitions(task).collect()
+    rows = context.parallelize(data, len(data)).mapPartitions(task).collect()
     return [dict(zip(SUMMARY_SCHEMA.names, row, strict=True)) for row in rows]
 
 

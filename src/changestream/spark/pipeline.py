@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import tenacity
+from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 from changestream.clock import format_ts, now_us
@@ -59,7 +60,7 @@ from changestream.errors import (
 from changestream.retry import retrying
 from changestream.spark._backfill import DONE_PREFIX, PLAN, KeyCodec, chunks, plan_boundaries
 from changestream.spark._options import parse_options
-from changestream.spark._query_control import Background, Heartbeat, spark_is_gone, stop_session
+from changestream.spark._query_control import Background, Heartbeat, spark_is_gone, stop_context
 from changestream.spark._run_status import (
     DEFAULT_MAX_BYTES_PER_TRIGGER as DEFAULT_MAX_BYTES_PER_TRIGGER,
 )
@@ -70,7 +71,7 @@ from changestream.spark._run_status import DELETED, BatchError, classify
 from changestream.spark._run_status import PipelineFailed as PipelineFailed
 from changestream.spark._run_status import PipelineOptions as PipelineOptions
 from changestream.spark._run_status import PipelineStatus as PipelineStatus
-from changestream.spark._session import local_session, warm_workers
+from changestream.spark._session import local_context, warm_workers
 from changestream.spark._source import ChangeStreamStreamReader, check_stream
 from changestream.spark._tasks import (
     WINDOW,
@@ -139,7 +140,7 @@ class SparkPipeline:
 
     @property
     def spark_log(self) -> Path:
-        """Where the JVM's own output goes when the pipeline starts its Spark session
+        """Where the JVM's own output goes when the pipeline starts its Spark context
         (``PipelineOptions.spark_log``, or ``spark.log`` beside the checkpoint)."""
         if self.options.spark_log is not None:
             return Path(self.options.spark_log)
@@ -216,17 +217,13 @@ class SparkPipeline:
             start = self.catalog.get(self.name).state_changed_at
             self.catalog.update_progress(self.name, cdc_start_timestamp=start)
         target = now_us() if self.options.until_caught_up else None
-        spark = self._spark
-        if spark is None:
-            spark = local_session(
-                self.options.master,
-                f"changestream-{self.name}",
-                log=self.spark_log,
-                warm=True,
-                source=False,
+        if self._spark is None:
+            context = local_context(
+                self.options.master, f"changestream-{self.name}", log=self.spark_log, warm=True
             )
         else:
-            warm_workers(spark)
+            context = self._spark.sparkContext
+            warm_workers(context)
         heartbeat = Heartbeat(self, self.options.heartbeat_seconds)
         backoff = self.options.backoff_seconds
         restarts = retrying(
@@ -237,17 +234,17 @@ class SparkPipeline:
             before_sleep=self._restarting,
         )
         try:
-            status: PipelineStatus = restarts(self._run_query, spark, start, target)
+            status: PipelineStatus = restarts(self._run_query, context, start, target)
             return status
         finally:
             heartbeat.stop()
             self._stop_planner()
             self._drop_publication()
             if self._spark is None:
-                stop_session(spark)
+                stop_context(context)
             self.db.close()
 
-    def _run_query(self, spark: SparkSession, start: int, target: int | None) -> PipelineStatus:
+    def _run_query(self, context: SparkContext, start: int, target: int | None) -> PipelineStatus:
         """One run of the streaming query, from backfill to a stop or a failure."""
         if self.catalog.get(self.name).state is StreamState.FAILED:
             self.catalog.transition(self.name, "retry")  # a restart after a failure
@@ -255,8 +252,8 @@ class SparkPipeline:
         self._cancelled.clear()
         self._drop_publication()  # a failed run's, before a restart
         try:
-            self._guard(lambda: self._begin(spark))
-            query = self._start_query(spark, start, available_now=target is not None)
+            self._guard(lambda: self._begin(context))
+            query = self._start_query(context, start, available_now=target is not None)
             self._mark_running()
         except Exception as exc:
             failure = self._failure or self._source_failure(exc)
@@ -265,13 +262,13 @@ class SparkPipeline:
             raise PipelineFailed(message, failure.retriable) from exc
         try:
             try:
-                status = self._monitor(spark, query, target)
+                status = self._monitor(context, query, target)
             finally:
-                self._end(spark, query)
+                self._end(context, query)
                 self._stop_planner()
             # Close the files of every event landed so far (their rotation may not be due):
             # a stopped pipeline leaves nothing unpublished.
-            self._guard(lambda: self._publish(spark, force=True))
+            self._guard(lambda: self._publish(context, force=True))
             return status
         except PipelineFailed as failure:
             failure.while_running = True
@@ -330,13 +327,15 @@ class SparkPipeline:
             options["maxBytesPerTrigger"] = str(self.options.max_bytes_per_trigger)
         return options
 
-    def _begin(self, spark: SparkSession) -> None:
+    def _begin(self, context: SparkContext) -> None:
         """Before the query: the replicas take their tables' shapes, then backfill runs."""
         plan = self._plan(self._tables())
         self._follow_schemas(plan)
-        self._backfill(spark, plan)
+        self._backfill(context, plan)
 
-    def _start_query(self, spark: SparkSession, start: int, available_now: bool) -> MicroBatchQuery:
+    def _start_query(
+        self, context: SparkContext, start: int, available_now: bool
+    ) -> MicroBatchQuery:
         options = self._source_options(start)
         checked = parse_options(options)
         # What a Spark query's load() checks: the stream exists, the start is in retention.
@@ -347,7 +346,7 @@ class SparkPipeline:
         return MicroBatchQuery(
             self.checkpoint,
             self._planner,
-            functools.partial(self._process, spark),
+            functools.partial(self._process, context),
             trigger,
             available_now,
             f"pipeline-{self.name}-batches",
@@ -367,7 +366,7 @@ class SparkPipeline:
         return self.options.trigger_seconds if freshness is None else freshness / 3
 
     def _monitor(
-        self, spark: SparkSession, query: MicroBatchQuery, target: int | None, drain: bool = True
+        self, context: SparkContext, query: MicroBatchQuery, target: int | None, drain: bool = True
     ) -> PipelineStatus:
         """Watch ``query`` until it ends, fails, or the stream is paused, deleted or (with
         ``drain``) draining."""
@@ -380,7 +379,7 @@ class SparkPipeline:
                 raise PipelineFailed(f"stream {self.name!r} failed: {message}", retriable) from exc
             running = query.running_seconds()
             stuck = running is not None and running > self.options.batch_timeout_seconds
-            gone = spark_is_gone(spark)
+            gone = spark_is_gone(context)
             if gone is not None:
                 message = f"Spark failed: {gone}"
                 self.catalog.fail(self.name, "*", message, True)
@@ -393,7 +392,7 @@ class SparkPipeline:
             if self._stop_requested.is_set():
                 return status
             if stuck:
-                self._cancel_batch(spark)
+                self._cancel_batch(context)
                 message = (
                     f"a micro-batch made no progress for {self.options.batch_timeout_seconds:g}s"
                 )
@@ -411,39 +410,39 @@ class SparkPipeline:
             if status.state in (StreamState.PAUSED.value, DELETED):
                 return status
             if drain and status.state == StreamState.DRAINING.value:
-                return self._drain(spark, query)
+                return self._drain(context, query)
 
     @property
     def _job_group(self) -> str:
         return f"changestream-pipeline-{self.name}"
 
-    def _end(self, spark: SparkSession, query: MicroBatchQuery) -> None:
+    def _end(self, context: SparkContext, query: MicroBatchQuery) -> None:
         """Stop ``query`` between micro-batches; a batch still running after the patience
         has its jobs cancelled, so no other query of the checkpoint runs beside it."""
         if not query.stop():
             log.warning("stream %s: a micro-batch still runs; cancelling its jobs", self.name)
-            self._cancel_batch(spark)
+            self._cancel_batch(context)
             query.stop()
 
-    def _cancel_batch(self, spark: SparkSession) -> None:
+    def _cancel_batch(self, context: SparkContext) -> None:
         """Cancel the Spark jobs of the micro-batch running now (they fail it, untried)."""
         self._cancelled.set()
         try:
-            spark.sparkContext.cancelJobGroup(self._job_group)
+            context.cancelJobGroup(self._job_group)
         except Exception as exc:  # the JVM is gone: nothing left to cancel
             log.debug("cancelling the micro-batch's jobs failed: %s", exc)
 
-    def _drain(self, spark: SparkSession, query: MicroBatchQuery) -> PipelineStatus:
+    def _drain(self, context: SparkContext, query: MicroBatchQuery) -> PipelineStatus:
         """Finish everything committed until now with an ``availableNow`` query, then Paused."""
-        self._end(spark, query)
+        self._end(context, query)
         start = self.catalog.progress(self.name).cdc_start_timestamp
         assert start is not None
-        final = self._start_query(spark, start, available_now=True)
+        final = self._start_query(context, start, available_now=True)
         try:
-            status = self._monitor(spark, final, target=now_us(), drain=False)
+            status = self._monitor(context, final, target=now_us(), drain=False)
         finally:
-            self._end(spark, final)
-        self._guard(lambda: self._publish(spark, force=True))
+            self._end(context, final)
+        self._guard(lambda: self._publish(context, force=True))
         self.catalog.transition(self.name, "drained")
         status.state = StreamState.PAUSED.value
         return status
@@ -526,24 +525,24 @@ class SparkPipeline:
         finally:
             self._sinks.release()
 
-    def _process(self, spark: SparkSession, batch_id: int) -> None:
+    def _process(self, context: SparkContext, batch_id: int) -> None:
         with self._sinks:
-            self._process_batch(spark, batch_id)
+            self._process_batch(context, batch_id)
 
-    def _process_batch(self, spark: SparkSession, batch_id: int) -> None:
+    def _process_batch(self, context: SparkContext, batch_id: int) -> None:
         try:
             # The micro-batch thread's jobs, which a stuck batch's watchdog cancels.
             description = f"changestream pipeline {self.name}, micro-batch {batch_id}"
-            spark.sparkContext.setJobGroup(self._job_group, description, interruptOnCancel=True)
+            context.setJobGroup(self._job_group, description, interruptOnCancel=True)
             # `streams update` may have changed the objects, rotation or format meanwhile (a
             # deleted stream keeps its last definition: the monitor stops the run).
             with contextlib.suppress(NotFound):
                 self.definition = self.catalog.get(self.name).definition
             plan = self._plan(self._tables())
-            self._backfill(spark, plan)
-            summary = self._attempts("*", lambda: self._run_cdc_tasks(spark, plan, batch_id))
+            self._backfill(context, plan)
+            summary = self._attempts("*", lambda: self._run_cdc_tasks(context, plan, batch_id))
             self._merge(plan, summary, f"cdc-{batch_id}")
-            self._publish(spark, force=False)
+            self._publish(context, force=False)
             events = sum(row["events"] for row in summary if row["kind"] == "events")
             windows = [row["read_timestamp"] for row in summary if row["kind"] == WINDOW]
             detail = None
@@ -579,7 +578,7 @@ class SparkPipeline:
         }
 
     def _run_cdc_tasks(
-        self, spark: SparkSession, plan: TaskPlan, batch_id: int
+        self, context: SparkContext, plan: TaskPlan, batch_id: int
     ) -> list[dict[str, Any]]:
         """Run micro-batch ``batch_id``'s CDC tasks, one per group of partition ranges the
         source plans between the offsets Spark logged for it; their summary rows."""
@@ -597,7 +596,7 @@ class SparkPipeline:
             self.definition.change_stream,
             groups,
         )
-        return run_tasks(spark, task, len(groups))
+        return run_tasks(context, task, len(groups))
 
     def _attempts(self, obj: str, work: Callable[[], T]) -> T:
         """``work()``, tried ``attempts`` times with jittered backoff while it fails retriably;
@@ -679,7 +678,7 @@ class SparkPipeline:
             replica = self._replicas[key] = plan.replicas[table]
         return replica
 
-    def _publish(self, spark: SparkSession, force: bool) -> None:
+    def _publish(self, context: SparkContext, force: bool) -> None:
         """Publish the segment lanes whose rotation is due (all of them with ``force``).
 
         The previous publication is waited for first: one runs at a time, and its failure
@@ -708,7 +707,7 @@ class SparkPipeline:
         obj = lanes[0].obj if len({lane.obj for lane in lanes}) == 1 else "*"
 
         def publish() -> None:
-            self._attempts(obj, lambda: run_tasks(spark, task, len(lanes)))
+            self._attempts(obj, lambda: run_tasks(context, task, len(lanes)))
 
         if force:
             publish()
@@ -734,12 +733,12 @@ class SparkPipeline:
         except Exception as exc:
             log.warning("stream %s: publishing event files failed: %s", self.name, exc)
 
-    def _backfill(self, spark: SparkSession, plan: TaskPlan) -> None:
+    def _backfill(self, context: SparkContext, plan: TaskPlan) -> None:
         """Run the backfill job of every object of ``plan`` that has one to run (an automatic
         stream's objects, and those started with ``streams backfill start``), in waves of
         chunks read by tasks; a job stopped meanwhile ends before its next wave."""
         progress = self.catalog.progress(self.name)
-        wave = max(2, spark.sparkContext.defaultParallelism * 2)
+        wave = max(2, context.defaultParallelism * 2)
         for table in plan.tables.values():
             obj = self.definition.object_name(table.name)
             entry = progress.objects.get(obj)
@@ -750,14 +749,14 @@ class SparkPipeline:
             if entry.status not in (*ACTIVE_STATUSES, "failed"):
                 continue  # a failed job is tried again (its unread chunks) when the run is
             try:
-                self._backfill_object(spark, plan, table, obj, entry, wave)
+                self._backfill_object(context, plan, table, obj, entry, wave)
             except Exception:
                 self.catalog.set_object_backfill(self.name, obj, "failed")
                 raise
 
     def _backfill_object(
         self,
-        spark: SparkSession,
+        context: SparkContext,
         plan: TaskPlan,
         table: Table,
         obj: str,
@@ -785,7 +784,7 @@ class SparkPipeline:
                 log.info("backfill %s stopped with %d chunks unread", obj, len(todo) - first)
                 return
             part = todo[first : first + wave]
-            summary = self._attempts(obj, functools.partial(run_tasks, spark, task, part))
+            summary = self._attempts(obj, functools.partial(run_tasks, context, task, part))
             self._merge(plan, summary, f"backfill-{obj}")
             done = [row for row in summary if row["kind"] == "chunk"]
             self.catalog.set_object_backfill(
@@ -796,7 +795,7 @@ class SparkPipeline:
                 detail={f"{DONE_PREFIX}{row['seq']}": row["read_timestamp"] for row in done},
             )
             self.catalog.update_progress(self.name, add_rows=sum(row["events"] for row in done))
-            self._publish(spark, force=False)
+            self._publish(context, force=False)
         self.catalog.set_object_backfill(self.name, obj, "done")  # every chunk is read
 
 
