@@ -61,7 +61,14 @@ def decode_mods(data: dict[str, Any]) -> tuple[Mod, ...]:
     values = data.get(VALUES_FIELD)
     if values is None:
         return tuple([Mod(m["keys"], m["new_values"], m["old_values"]) for m in data["mods"]])
-    return _decoder(data[COLUMNS_FIELD])(values)
+    columns = data[COLUMNS_FIELD]
+    return _decoder(orjson.dumps(columns), columns)(values)
+
+
+def compact_decoder(columns_json: bytes) -> ModDecoder:
+    """:func:`decode_mods`'s decoder of compact mods whose ``mod_columns`` JSON is
+    ``columns_json``."""
+    return _DECODERS.get(columns_json) or _decoder(columns_json, orjson.loads(columns_json))
 
 
 def seed_form(payload: bytes) -> bytes:
@@ -80,14 +87,14 @@ def seed_form(payload: bytes) -> bytes:
     return orjson.dumps(seed)
 
 
-def _decoder(columns: list[list[str]]) -> ModDecoder:
-    """A function turning compact mods of these columns into :class:`Mod` objects.
+def _decoder(key: bytes, columns: list[list[str]]) -> ModDecoder:
+    """A function turning compact mods of these columns (``key``: their JSON) into
+    :class:`Mod` objects.
 
     It is compiled for the exact columns, one dict display per side: about as fast as the
     JSON parser building the seed form's dicts. The generated source holds only ``repr``s of
     column names and integers.
     """
-    key = orjson.dumps(columns)
     decoder = _DECODERS.get(key)
     if decoder is not None:
         return decoder

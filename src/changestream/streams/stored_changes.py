@@ -17,7 +17,6 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import msgspec
-import orjson
 
 from changestream.streams.mods import COLUMNS_FIELD, VALUES_FIELD
 from changestream.streams.records import ChangeRecord, DataChangeRecord
@@ -84,8 +83,7 @@ def stored_change(
     except msgspec.MsgspecError:
         inserts = None  # not a record this shape holds: the record decoder says what it is
     if inserts is None or not inserts.rows or inserts.mod_type != "INSERT" or inserts.columns[2]:
-        data = orjson.loads(payload)
-        return DataChangeRecord.from_dict(commit_timestamp, data, partition_token)
+        return DataChangeRecord.from_payload(commit_timestamp, payload, partition_token)
     _set(inserts, "commit_timestamp", commit_timestamp)
     _set(inserts, "partition_token", partition_token)
     columns = _COLUMN_NAMES.get(inserts.columns)
