@@ -209,14 +209,12 @@ def avro_plan(table: Table, flavor: str = "changestream") -> AvroPlan:
 
 _optional_string = compile_encoder(["null", "string"])
 _optional_long = compile_encoder(["null", "long"])
+_names = compile_encoder({"type": "array", "items": "string"})
 
 
 def _sort_keys(keys: tuple[int, ...]) -> bytes:
     """``sort_keys``, an array of ``["string", "long"]`` whose items are all longs."""
     return long_bytes(len(keys)) + b"".join([b"\x02" + long_bytes(key) for key in keys]) + b"\x00"
-
-
-_names = compile_encoder({"type": "array", "items": "string"})
 
 
 class _EventEncoder:

@@ -142,13 +142,13 @@ def compile_encoder(schema: Any) -> Encoder:
     if logical is not None:
         return logical
     if kind == "record":
-        return record_encoder([(f["name"], compile_encoder(f["type"])) for f in schema["fields"]])
+        return _record([(f["name"], compile_encoder(f["type"])) for f in schema["fields"]])
     if kind == "array":
         return _array(compile_encoder(schema["items"]))
     return compile_encoder(kind)
 
 
-def record_encoder(fields: Sequence[tuple[str, Encoder]]) -> Encoder:
+def _record(fields: Sequence[tuple[str, Encoder]]) -> Encoder:
     """The encoder of a record (a mapping) with ``fields`` (name, encoder) in schema order."""
     plan = tuple(fields)
 
