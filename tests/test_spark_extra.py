@@ -8,6 +8,8 @@ import datetime as dt
 import decimal
 import json
 import os
+import subprocess
+import sys
 import threading
 import time
 import zipfile
@@ -500,6 +502,27 @@ def test_a_local_sessions_workers_talk_to_the_jvm_over_unix_sockets_in_a_private
     assert directory.name.startswith("changestream-sockets-")
     assert directory.is_dir()
     assert any(path.is_socket() for path in directory.iterdir())
+
+
+_SOCKET_MODES = """
+from changestream.spark import _session
+enabled = "spark.python.unix.domain.socket.enabled"
+print(_session.context_conf("local[2]", "app").get(enabled))
+print(_session.context_conf("spark://127.0.0.1:7077", "app").get(enabled))
+_session._socket_dir = lambda: "/" + "d" * 80
+print(_session.context_conf("local[2]", "app").get(enabled))
+"""
+
+
+def test_only_local_masters_use_unix_sockets_and_only_in_a_short_enough_directory() -> None:
+    """A cluster's executors could not reach the driver's socket directory, and a socket's
+    path must fit in 107 bytes: over either, workers keep TCP. (In a process of its own: a
+    JVM started before lends its settings to every new configuration.)"""
+    done = subprocess.run(
+        [sys.executable, "-c", _SOCKET_MODES], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["true", "None", "None"]
 
 
 def test_the_daemon_moves_only_the_zips_whose_installed_package_has_their_version(

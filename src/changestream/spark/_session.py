@@ -68,6 +68,20 @@ def local_context(
     0.6 s more to start on two cores)."""
     # Workers must import changestream and pyarrow from this environment.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    conf = context_conf(master, app_name)
+    if log is None:
+        context = SparkContext.getOrCreate(conf)
+    else:
+        with _stderr_to(Path(log)):
+            context = SparkContext.getOrCreate(conf)
+        context.setLogLevel("ERROR")
+    if warm:
+        warm_workers(context)
+    return context
+
+
+def context_conf(master: str, app_name: str) -> SparkConf:
+    """The configuration :func:`local_context` starts a context with."""
     conf = (
         SparkConf()
         .setMaster(master)
@@ -86,25 +100,22 @@ def local_context(
             "FileSystemBasedCheckpointFileManager",
         )
     )
-    if master.startswith("local"):
+    sockets = _socket_dir() if master.startswith("local") else None
+    if sockets is not None and len(sockets) <= _LONGEST_SOCKET_DIR:
         # Workers on this machine talk to the JVM over Unix domain sockets: over TCP, a
         # task's input reached its worker about 40 ms after its command, a delayed ACK's
         # wait (a 2-task job took 100-150 ms, 51-84 with these). Not for a cluster: its
         # executors would need this driver's directory.
         conf.set("spark.python.unix.domain.socket.enabled", "true")
-        conf.set("spark.python.unix.domain.socket.dir", _socket_dir())
+        conf.set("spark.python.unix.domain.socket.dir", sockets)
     if not _driver_java_options_given():
         options = [*DRIVER_JAVA_OPTIONS, driver_java_options()]
         conf.set("spark.driver.extraJavaOptions", " ".join(o for o in options if o))
-    if log is None:
-        context = SparkContext.getOrCreate(conf)
-    else:
-        with _stderr_to(Path(log)):
-            context = SparkContext.getOrCreate(conf)
-        context.setLogLevel("ERROR")
-    if warm:
-        warm_workers(context)
-    return context
+    return conf
+
+
+#: A socket's path must fit in 107 bytes; Spark names each ``.<uuid>.sock`` in the directory.
+_LONGEST_SOCKET_DIR: Final = 64
 
 
 @functools.cache
