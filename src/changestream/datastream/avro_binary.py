@@ -18,11 +18,12 @@ import struct
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
+from changestream.clock import parse_ts
+
 #: Encodes one value of a schema.
 Encoder = Callable[[Any], bytes]
 
 _EPOCH_DAY: Final = dt.date(1970, 1, 1).toordinal()
-_EPOCH: Final = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
 def _varint(zigzag: int) -> bytes:
@@ -43,7 +44,8 @@ def _zigzag(value: int) -> int:
 
 
 _SMALLEST: Final = -64
-_SMALL: Final = tuple(_varint(_zigzag(n)) for n in range(_SMALLEST, 8192))
+_SMALL_END: Final = 1024
+_SMALL: Final = tuple(_varint(_zigzag(n)) for n in range(_SMALLEST, _SMALL_END))
 #: Longs of 2**35 and more (timestamps, which repeat across the mods of a record and the
 #: fields of an event) seen lately; cleared when full, so it stays small whatever the values.
 _LARGE: dict[int, bytes] = {}
@@ -53,7 +55,7 @@ _LARGE_ENTRIES: Final = 4096
 
 def long_bytes(value: int) -> bytes:
     """An Avro ``long`` (or ``int``): zigzag, then a base-128 varint."""
-    if _SMALLEST <= value < 8192:
+    if _SMALLEST <= value < _SMALL_END:
         return _SMALL[value - _SMALLEST]
     if -_LARGE_FROM < value < _LARGE_FROM:
         return _varint(_zigzag(value))
@@ -97,18 +99,12 @@ def _date(value: dt.date | int) -> bytes:
     return long_bytes(value if isinstance(value, int) else value.toordinal() - _EPOCH_DAY)
 
 
-def _micros(value: dt.datetime) -> int:
-    """Microseconds since the epoch (a naive datetime is taken as UTC)."""
-    delta = (value if value.tzinfo else value.replace(tzinfo=dt.UTC)) - _EPOCH
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
-
-
 def _timestamp_micros(value: dt.datetime | int) -> bytes:
-    return long_bytes(value if isinstance(value, int) else _micros(value))
+    return long_bytes(value if isinstance(value, int) else parse_ts(value))
 
 
 def _timestamp_millis(value: dt.datetime | int) -> bytes:
-    return long_bytes(value if isinstance(value, int) else _micros(value) // 1000)
+    return long_bytes(value if isinstance(value, int) else parse_ts(value) // 1000)
 
 
 _PRIMITIVES: Final[Mapping[str, Encoder]] = {
