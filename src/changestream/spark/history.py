@@ -31,6 +31,7 @@ from changestream.spark.replica import (
     SORT_KEY_COLUMN,
     SOURCE_TIMESTAMP_COLUMN,
     UUID_COLUMN,
+    WRITER_PROPERTIES,
     ApplyStats,
     DeltaReplica,
     delta_rows,
@@ -109,6 +110,7 @@ class HistoryReplica(DeltaReplica):
                 target_alias="t",
                 merge_schema=True,
                 streamed_exec=False,
+                writer_properties=WRITER_PROPERTIES,
             )
             .when_not_matched_insert_all()
             .execute()

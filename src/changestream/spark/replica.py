@@ -51,6 +51,7 @@ from changestream.datastream.events import (
 )
 from changestream.ddl.schema import Column, Table
 from changestream.errors import FailedPrecondition, InvalidArgument, NotFound
+from changestream.spark.replica_files import new_table_properties, size_files, writer_properties
 from changestream.types import ColumnType
 
 log = logging.getLogger(__name__)
@@ -68,6 +69,9 @@ BOOKKEEPING_COLUMNS: Final = (
     CHANGE_TYPE_COLUMN,
     SOURCE_TIMESTAMP_COLUMN,
 )
+#: How the replica's Parquet files are written (see ``replica_files``): the sort key and the
+#: uuid differ on every row.
+WRITER_PROPERTIES: Final = writer_properties((SORT_KEY_COLUMN, UUID_COLUMN))
 
 
 _SCALAR_ARROW_TYPES: Final[dict[str, pa.DataType]] = {
@@ -300,7 +304,8 @@ class DeltaReplica:
     def ensure(self) -> DeltaTable:
         """The Delta table, created empty with the replica schema if it does not exist yet,
         with Delta's change data feed on (so ``readChangeFeed`` / ``load_cdf`` read the
-        replica's own changes); a replica made before that gets it turned on. The table
+        replica's own changes); a replica made before that gets it turned on. Its target file
+        size is made to fit its size (see :mod:`~changestream.spark.replica_files`). The table
         stays open: the next call only reads the commits made since (about 25 ms less per
         micro-batch)."""
         if self._delta is not None:
@@ -310,11 +315,16 @@ class DeltaReplica:
             except DeltaError:  # the table was removed or replaced meanwhile: open it anew
                 self._delta = None
         delta = DeltaTable.create(
-            str(self.path), self.schema, mode="ignore", configuration=dict(_CHANGE_DATA_FEED)
+            str(self.path),
+            self.schema,
+            mode="ignore",
+            configuration={**_CHANGE_DATA_FEED, **new_table_properties()},
+            raise_if_key_not_exists=False,
         )
         configuration = delta.metadata().configuration
         if configuration.get(_CDF_PROPERTY) != "true":
             delta.alter.set_table_properties(_CHANGE_DATA_FEED)
+        size_files(delta)
         self._delta = delta
         return delta
 
@@ -400,6 +410,7 @@ class DeltaReplica:
             merge_schema=True,
             # A materialized source lets the MERGE prune target files by key statistics.
             streamed_exec=False,
+            writer_properties=WRITER_PROPERTIES,
         )
 
     def _target(self) -> DeltaTable:
@@ -470,7 +481,13 @@ class DeltaReplica:
             [data[f.name].cast(new.type) for f, new in zip(kept, fields, strict=True)],
             schema=pa.schema(fields),
         )
-        write_deltalake(str(self.path), rows, mode="overwrite", schema_mode="overwrite")
+        write_deltalake(
+            str(self.path),
+            rows,
+            mode="overwrite",
+            schema_mode="overwrite",
+            writer_properties=WRITER_PROPERTIES,
+        )
         log.info(
             "replica %s: columns %s dropped and %s changed, as its source's were",
             self.object,
@@ -563,14 +580,17 @@ class DeltaReplica:
         ]
 
     def maintain(self, vacuum_retention_hours: float) -> dict[str, int]:
-        """Compact the table's small files into larger ones, then delete the files no version
-        newer than ``vacuum_retention_hours`` needs (readers of older versions lose them).
-        Returns how many files compaction removed and added and vacuum deleted."""
+        """Compact the table's small files into larger ones (up to its target file size, made
+        to fit its size first: see :mod:`~changestream.spark.replica_files`), then delete the
+        files no version newer than ``vacuum_retention_hours`` needs (readers of older
+        versions lose them). Returns how many files compaction removed and added and vacuum
+        deleted."""
         try:
             delta = DeltaTable(str(self.path))
         except TableNotFoundError:
             return {"removed": 0, "added": 0, "vacuumed": 0}
-        metrics = delta.optimize.compact()
+        size_files(delta)
+        metrics = delta.optimize.compact(writer_properties=WRITER_PROPERTIES)
         vacuumed = delta.vacuum(
             retention_hours=int(vacuum_retention_hours),
             dry_run=False,
