@@ -101,3 +101,30 @@ def test_closing_the_database_ends_its_commit_poller(
     assert pollers, "reading live should have started the commit poller"
     db.close()
     assert not any(t.is_alive() for t in pollers)
+
+
+def _pollers() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name == "changestream-commit-poller"}
+
+
+def test_a_read_of_the_past_starts_no_commit_poller(tmp_path: Path) -> None:
+    """A read whose end has passed never waits for a commit: a poller for it would only take
+    CPU from the reader (Spark tasks, a Stream Client catching up)."""
+    with changestream.open(str(tmp_path / "s.db")) as db:
+        db.execute_ddl("CREATE TABLE T (K INT64 NOT NULL) PRIMARY KEY (K)")
+        created = db.execute_ddl("CREATE CHANGE STREAM S FOR T")
+        for key in range(3):
+            with db.transaction() as tx:
+                tx.insert("T", ["K"], [[key]])
+        store = store_of(db)
+        end = store.last_commit_ts()
+        (partition,) = db.partitions("S")
+        before = _pollers()
+        past = db.read_change_stream("S", created, end, partition.token, 1000)
+        keys = [m.keys["K"] for r in past if isinstance(r, DataChangeRecord) for m in r.mods]
+        assert keys == [0, 1, 2]
+        assert not _pollers() - before
+        # A read whose end is still ahead waits for commits until then: it listens.
+        ahead = db.read_change_stream("S", end + 1, store.now() + 300_000, partition.token, 1000)
+        assert all(not isinstance(r, DataChangeRecord) for r in ahead)
+        assert _pollers() - before
