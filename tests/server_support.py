@@ -47,6 +47,7 @@ EXPECTED_SCOPES: dict[tuple[str, str], str | None] = {
     ("POST", DB + "/read"): "read",
     ("POST", DB + "/read_snapshot"): "read",
     ("GET", DB + "/tables"): "read",
+    ("GET", DB + "/current_timestamp"): "read",
     ("GET", DB + "/change_streams"): "read",
     ("POST", DB + "/system_documents/list"): "read",
     ("POST", DB + "/system_documents/put"): "write",

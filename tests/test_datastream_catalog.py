@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import changestream
+from changestream.clock import now_us, parse_ts
 from changestream.datastream import (
     StreamCatalog,
     StreamDefinition,
@@ -19,6 +20,7 @@ from changestream.datastream import (
 )
 from changestream.datastream.states import TRANSITIONS
 from changestream.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
+from changestream.spark.planning import resolve_position
 from tests.conftest import OpenDb
 
 SCHEMA = [
@@ -440,3 +442,40 @@ def test_discover(source: tuple[changestream.Database, str]) -> None:
     }
     # No system table shows up, whatever the engine keeps for itself.
     assert not any(o.table.startswith("_cs_") for o in found)
+
+
+HOUR_US = 3_600_000_000
+
+
+@pytest.mark.parametrize("skew_us", [HOUR_US, -HOUR_US], ids=["server-ahead", "server-behind"])
+def test_positions_come_from_the_databases_clock_not_the_callers(
+    tmp_path: Path, open_db: OpenDb, skew_us: int
+) -> None:
+    """A CLI or pipeline on another machine than the server: `streams start` records where
+    the database's clock is, so every change committed after it is after the CDC position,
+    however far this machine's clock is off (server-behind lost such changes before)."""
+    path = str(tmp_path / "skewed.db")
+    db = open_db(path, clock=lambda: now_us() + skew_us)
+    db.execute_ddl(SCHEMA)
+
+    def near_the_database_clock(timestamp: int) -> bool:
+        return abs(timestamp - (now_us() + skew_us)) < 60_000_000
+
+    assert near_the_database_clock(db.current_timestamp())
+    catalog = StreamCatalog(db)
+    catalog.create(definition(path))
+    catalog.transition("orders", "start")
+    position = catalog.get("orders").state_changed_at
+    assert near_the_database_clock(position)
+    with db.transaction() as tx:
+        tx.insert("Orders", ["Id", "Item", "Qty"], [[1, "a", 1]])
+    assert tx.commit_timestamp is not None
+    assert parse_ts(tx.commit_timestamp) > position
+    # Where a Spark read starts: `latest` is the database's now, `earliest` not before the
+    # change stream began.
+    created = db.partition_history("Everything")[0].start_timestamp
+    assert near_the_database_clock(resolve_position(db, "Everything", "latest", True))
+    assert resolve_position(db, "Everything", "earliest", True) >= created
+    # A heartbeat and the describe that reads it take the same clock.
+    catalog.heartbeat("orders", 0.0)
+    assert catalog.describe("orders")["pipeline_attached"]

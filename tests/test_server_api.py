@@ -533,7 +533,8 @@ def test_answers_and_stream_lines_fit_the_declared_schemas(
         assert not errors, (path, answer, errors[:3])
         checked += 1
 
-    for path in ("/tables", "/change_streams", "/split_policy", "/streams/S/partitions"):
+    paths = ("/tables", "/current_timestamp", "/change_streams", "/split_policy")
+    for path in (*paths, "/streams/S/partitions"):
         fits("GET", path.replace("/streams/S", "/streams/{stream}"), httpx.get(base + path).json())
     leases = httpx.post(base + "/streams/S/leases/list", json={"consumer": "group"}).json()
     assert leases["leases"][0]["parent_shard_ids"] == ["p0"]

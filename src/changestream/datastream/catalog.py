@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from changestream.clock import format_ts, now_us, parse_ts
+from changestream.clock import format_ts, parse_ts
 from changestream.datastream import backfill_jobs
 from changestream.datastream.backfill_jobs import backfill_job
 from changestream.datastream.definition import StreamDefinition
@@ -199,7 +199,7 @@ class StreamCatalog:
         if not force:
             definition.validate(self.db)  # the precise error for a definition that cannot work
             refuse_on_failure(self.validate(definition), f"stream {definition.name!r}")
-        now = now_us()
+        now = self.db.current_timestamp()
         info = StreamInfo(replace(definition, created_at=now), StreamState.NOT_STARTED, now, 1)
         try:
             self.db.put_system_document(KIND, definition.name, _body(info), None)
@@ -304,7 +304,7 @@ class StreamCatalog:
         )
         if retention is None:
             raise NotFound(f"stream {name!r}: change stream {definition.change_stream!r} is gone")
-        now = now_us()
+        now = self.db.current_timestamp()
         oldest = now - retention * 1_000_000
         restart: int | None = None
         if strategy == "timestamp":
@@ -334,7 +334,9 @@ class StreamCatalog:
                 )
             if restart is not None:
                 self._restart_cdc(name, restart)
-            updated = replace(info, state=StreamState.STARTING, state_changed_at=now_us())
+            updated = replace(
+                info, state=StreamState.STARTING, state_changed_at=self.db.current_timestamp()
+            )
             try:
                 self.db.put_system_document(KIND, name, _body(updated), info.version)
             except FailedPrecondition:
@@ -343,12 +345,14 @@ class StreamCatalog:
         raise self._contended(name)
 
     def _restart_cdc(self, name: str, at: int) -> None:
+        recovered = self.db.current_timestamp()
+
         def change(progress: StreamProgress) -> StreamProgress:
             generation = int(progress.detail.get(CDC_GENERATION, 0)) + 1
             detail = {
                 **progress.detail,
                 CDC_GENERATION: generation,
-                CDC_RECOVERED_AT: now_us(),
+                CDC_RECOVERED_AT: recovered,
                 LAST_BATCH: -1,  # the new checkpoint numbers its batches from 0 again
             }
             return replace(
@@ -374,7 +378,7 @@ class StreamCatalog:
                 if lenient:
                     return info.state
                 raise
-            updated = replace(info, state=state, state_changed_at=now_us())
+            updated = replace(info, state=state, state_changed_at=self.db.current_timestamp())
             try:
                 self.db.put_system_document(KIND, name, _body(updated), info.version)
             except FailedPrecondition:
@@ -468,7 +472,7 @@ class StreamCatalog:
             {
                 "host": socket.gethostname(),
                 "pid": os.getpid(),
-                "heartbeat": now_us(),
+                "heartbeat": self.db.current_timestamp(),
                 "lag": lag_seconds,
             }
             if attached
@@ -571,7 +575,10 @@ class StreamCatalog:
         cdc = progress.cdc_start_timestamp
         recovered = progress.detail.get(CDC_RECOVERED_AT)
         runner: dict[str, Any] = progress.detail.get(RUNNER) or {}
-        attached = bool(runner) and (now_us() - runner["heartbeat"]) / 1e6 < RUNNER_TIMEOUT_SECONDS
+        # Heartbeats and this look both use the database's clock: the pipeline may run on
+        # another machine than this describe.
+        age = (self.db.current_timestamp() - runner["heartbeat"]) / 1e6 if runner else None
+        attached = age is not None and age < RUNNER_TIMEOUT_SECONDS
         return {
             "name": definition.name,
             "state": info.state.value,

@@ -9,7 +9,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from changestream.clock import format_ts, now_us
+from changestream.clock import format_ts
 from changestream.datastream.definition import ACCEPTED_CAPTURE_TYPES, StreamDefinition
 from changestream.errors import ChangeStreamError, InvalidArgument
 from changestream.streams.roles import PipelineDatabase
@@ -96,7 +96,7 @@ def validate_stream(
             )
         )
     if change_stream is not None and position is not None:
-        oldest = now_us() - change_stream.retention_seconds * 1_000_000
+        oldest = db.current_timestamp() - change_stream.retention_seconds * 1_000_000
         kept = position >= oldest
         checks.append(
             Check(

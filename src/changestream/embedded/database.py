@@ -353,6 +353,11 @@ class EmbeddedDatabase(WatchableDatabase):
         """Every partition of ``stream`` since it was created, oldest first (the lineage)."""
         return partitions.history(self._store, stream)
 
+    def current_timestamp(self) -> int:
+        """The database's clock, in microseconds since the epoch: a commit after this call
+        gets a later timestamp."""
+        return self._store.now()
+
     # -- leases ----------------------------------------------------------------------------------
 
     def leases(self, stream: str, consumer: str) -> LeaseTable:

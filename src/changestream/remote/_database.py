@@ -355,6 +355,11 @@ class RemoteDatabase(WatchableDatabase):
         reply = self._invoke("partition_history", stream=stream)
         return [_partition(p) for p in reply.partitions]
 
+    def current_timestamp(self) -> int:
+        """The server's database clock, in microseconds since the epoch (not this machine's):
+        a commit after this call gets a later timestamp."""
+        return int(self._invoke("current_timestamp").timestamp)
+
     def split_at(self, table: str, key: Sequence[Any]) -> int:
         """Split the split holding ``key`` of ``table`` at that key; returns the split time."""
         body = models.KeyRequest(table=table, key=encode(key))

@@ -37,7 +37,6 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from changestream.clock import now_us
 from changestream.errors import InvalidArgument
 from changestream.spark._options import EARLIEST, LATEST, SourceOptions, parse_options
 from changestream.spark._rows import range_batch, record_batches, spark_schema
@@ -198,10 +197,13 @@ class ChangeStreamBatchReader(DataSourceReader):
             self.start = resolve_position(
                 db, options.stream, options.starting or EARLIEST, options.fail_on_data_loss
             )
+            ending = options.ending
+            if ending is None or ending == LATEST:
+                self.end = db.current_timestamp()
+            else:
+                self.end = int(ending)
         finally:
             db.close()
-        ending = options.ending
-        self.end = now_us() if ending is None or ending == LATEST else int(ending)
         if self.end < self.start:
             raise InvalidArgument("option 'endingTimestamp' must not be before 'startingTimestamp'")
 
@@ -233,8 +235,9 @@ class ChangeStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
         return {"options": self.options, "_db": None, "_target": None}
 
     def prepareForTriggerAvailableNow(self) -> None:
-        target = now_us()
-        live_tokens(self._database(), self.options.stream, target)  # once ``target`` is safe
+        db = self._database()
+        target = db.current_timestamp()
+        live_tokens(db, self.options.stream, target)  # once ``target`` is safe
         self._target = target
 
     def _database(self) -> ChangeStreamSource:
@@ -263,7 +266,7 @@ class ChangeStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
                 return start
             until = self._target
         else:
-            until = max(now_us(), frontier.timestamp)
+            until = max(db.current_timestamp(), frontier.timestamp)
             live_tokens(db, self.options.stream, until)  # returns once ``until`` is safe
         max_records = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         end = next_frontier(

@@ -38,7 +38,7 @@ import tenacity
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
-from changestream.clock import format_ts, now_us
+from changestream.clock import format_ts
 from changestream.datastream.backfill_jobs import ACTIVE_STATUSES, WHERE, filtered_keys
 from changestream.datastream.catalog import (
     CDC_GENERATION,
@@ -216,7 +216,7 @@ class SparkPipeline:
             # Changes from the moment the stream was started on (``streams start``).
             start = self.catalog.get(self.name).state_changed_at
             self.catalog.update_progress(self.name, cdc_start_timestamp=start)
-        target = now_us() if self.options.until_caught_up else None
+        target = self.db.current_timestamp() if self.options.until_caught_up else None
         if self._spark is None:
             context = local_context(
                 self.options.master, f"changestream-{self.name}", log=self.spark_log, warm=True
@@ -439,7 +439,7 @@ class SparkPipeline:
         assert start is not None
         final = self._start_query(context, start, available_now=True)
         try:
-            status = self._monitor(context, final, target=now_us(), drain=False)
+            status = self._monitor(context, final, target=self.db.current_timestamp(), drain=False)
         finally:
             self._end(context, final)
         self._guard(lambda: self._publish(context, force=True))
@@ -547,7 +547,8 @@ class SparkPipeline:
             windows = [row["read_timestamp"] for row in summary if row["kind"] == WINDOW]
             detail = None
             if windows and events:
-                detail = {FRESHNESS: self._freshness((now_us() - min(windows)) / 1e6)}
+                age = (self.db.current_timestamp() - min(windows)) / 1e6
+                detail = {FRESHNESS: self._freshness(age)}
             self.catalog.update_progress(
                 self.name, add_rows=events, batch_id=batch_id, detail=detail
             )

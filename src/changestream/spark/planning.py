@@ -10,7 +10,7 @@ import heapq
 import logging
 from collections.abc import Generator, Iterator, Sequence
 
-from changestream.clock import format_ts, now_us
+from changestream.clock import format_ts
 from changestream.errors import NotFound, OutOfRange
 from changestream.spark._options import EARLIEST, LATEST
 from changestream.spark.frontier import (
@@ -42,7 +42,7 @@ def resolve_position(
     change (a few seconds inside the retention window, so it is still there when read). A
     timestamp older than that fails with ``failOnDataLoss`` (the default), or else starts at
     the oldest retained change, logging the gap."""
-    now = now_us()
+    now = db.current_timestamp()
     if position == LATEST:
         return now
     streams = {s.name: s for s in db.change_streams()}

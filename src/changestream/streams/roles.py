@@ -108,7 +108,12 @@ class TableStore(Named, Protocol):
 
 @runtime_checkable
 class ChangeStreamSource(Named, Protocol):
-    """The change streams: their definitions, the read function, and partitions."""
+    """The change streams: their definitions, the read function, and partitions; and the
+    database's clock (``current_timestamp``, in microseconds: a commit after the call gets a
+    later timestamp), which positions in the stream are taken from, whatever the reader's
+    own clock says."""
+
+    def current_timestamp(self) -> int: ...
 
     def change_streams(self) -> list[ChangeStream]: ...
     def read_change_stream(

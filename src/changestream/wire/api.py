@@ -160,6 +160,14 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     ),
     Endpoint("tables", "GET", DB + "/tables", "read", "User tables", response=Tables),
     Endpoint(
+        "current_timestamp",
+        "GET",
+        DB + "/current_timestamp",
+        "read",
+        "The database's clock (microseconds since the epoch)",
+        response=Timestamp,
+    ),
+    Endpoint(
         "change_streams",
         "GET",
         DB + "/change_streams",

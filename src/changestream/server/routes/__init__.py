@@ -24,6 +24,7 @@ from changestream.server.routes.console import (
 from changestream.server.routes.data import (
     change_streams,
     commit,
+    current_timestamp,
     ddl,
     documents_delete,
     documents_list,
@@ -88,6 +89,7 @@ HANDLERS: dict[str, Handler] = {
     "read": read,
     "read_snapshot": read_snapshot,
     "tables": tables,
+    "current_timestamp": current_timestamp,
     "change_streams": change_streams,
     "documents_list": documents_list,
     "documents_put": documents_put,

@@ -171,6 +171,14 @@ async def tables(
     return models.Tables(tables=typed([t.to_catalog() for t in found], models.TableBody))
 
 
+async def current_timestamp(
+    request: Request, state: ServerState, principal: Principal, _: None
+) -> models.Timestamp:
+    return models.Timestamp(
+        timestamp=await on_db(request, state, lambda db: db.current_timestamp())
+    )
+
+
 async def change_streams(
     request: Request, state: ServerState, principal: Principal, _: None
 ) -> models.ChangeStreams:
