@@ -20,6 +20,7 @@ from changestream.datastream import (
 )
 from changestream.datastream.states import TRANSITIONS
 from changestream.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
+from changestream.spark.pipeline import PipelineStatus
 from changestream.spark.planning import resolve_position
 from tests.conftest import OpenDb
 
@@ -476,6 +477,9 @@ def test_positions_come_from_the_databases_clock_not_the_callers(
     created = db.partition_history("Everything")[0].start_timestamp
     assert near_the_database_clock(resolve_position(db, "Everything", "latest", True))
     assert resolve_position(db, "Everything", "earliest", True) >= created
-    # A heartbeat and the describe that reads it take the same clock.
+    # A heartbeat and the describe that reads it take the same clock; so does a pipeline's
+    # lag, which it takes with the frontier it reached.
     catalog.heartbeat("orders", 0.0)
     assert catalog.describe("orders")["pipeline_attached"]
+    status = PipelineStatus("Running", frontier=position, now=position + 2_500_000)
+    assert status.lag_seconds == 2.5

@@ -83,12 +83,18 @@ class PipelineStatus:
     target: int | None = None
     backfill: dict[str, str] = field(default_factory=dict)
     idle: bool = False
+    #: The source database's clock when the status was taken, which the lag is measured
+    #: against (None: this machine's clock).
+    now: int | None = None
 
     @property
     def lag_seconds(self) -> float | None:
         if self.idle:
             return 0.0
-        return None if self.frontier is None else max(0.0, (now_us() - self.frontier) / 1e6)
+        if self.frontier is None:
+            return None
+        now = now_us() if self.now is None else self.now
+        return max(0.0, (now - self.frontier) / 1e6)
 
 
 class PipelineFailed(FailedPrecondition):

@@ -476,6 +476,7 @@ class SparkPipeline:
             target=target,
             backfill={} if progress is None else {k: v.status for k, v in progress.objects.items()},
             idle=query.idle,
+            now=self.db.current_timestamp(),
         )
         self._lag = status.lag_seconds
         return status
