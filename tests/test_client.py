@@ -37,8 +37,9 @@ from changestream.client import (
 )
 from changestream.client.lease_table import END, PARTITION_LEASE, WORKER, describe_leases
 from changestream.client.taker import LeaseTaker
+from changestream.clock import now_us
 from changestream.embedded.database import store_of
-from tests.conftest import FixedClock
+from tests.conftest import FixedClock, OpenDb
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -827,3 +828,30 @@ def test_a_processor_can_stop_its_own_worker(acc: tuple[EmbeddedDatabase, int]) 
     assert [reason for _, _, reason in log.shutdowns] == [ShutdownReason.REQUESTED]
     (row,) = partition_rows(db)
     assert row.lease_owner is None and row.checkpoint not in ("", END)
+
+
+def test_a_group_without_a_start_starts_at_the_databases_clock(
+    tmp_path: Path, open_db: OpenDb
+) -> None:
+    """A worker whose clock is an hour ahead of the database's (a client of a server on
+    another machine): the group starts where the database's clock is, so the change
+    committed right after is delivered (it started an hour later, past that change)."""
+    skew_us = -3_600_000_000  # the database is an hour behind this machine
+    db = open_db(str(tmp_path / "skewed.db"), clock=lambda: now_us() + skew_us)
+    db.execute_ddl("CREATE TABLE Acc (K INT64 NOT NULL, V INT64) PRIMARY KEY (K)")
+    db.execute_ddl(f"CREATE CHANGE STREAM {STREAM} FOR Acc")
+    log = Log()
+    client = StreamClient(
+        db, STREAM, "w1", lambda: Recorder(log, "w1"), lease_timeout=TIMEOUT, consumer="g"
+    )
+    client.start()
+    try:
+        table = db.leases(STREAM, "g")
+        wait_for("the group's start", lambda: table.get("Stream", "start") is not None)
+        start = table.get("Stream", "start")
+        assert start is not None and abs(start.start_timestamp - (now_us() + skew_us)) < 60e6
+        with db.transaction() as tx:
+            tx.insert("Acc", ["K", "V"], [[1, 10]])
+        wait_for("the change after the start", lambda: log.values() == {1: [10]})
+    finally:
+        client.stop(10)

@@ -12,9 +12,8 @@ from rich.text import Text
 
 from changestream.cli._common import open_database
 from changestream.client import LeaseStatus, describe_leases
-from changestream.clock import now_us
 from changestream.render import short_token
-from changestream.streams.roles import LeaseStore
+from changestream.streams.roles import StreamClientDatabase
 
 COLUMNS = ("consumer", "partition", "parents", "owner", "stealer", "checkpoint", "lag", "state")
 
@@ -38,10 +37,13 @@ def _cells(consumer: str, status: LeaseStatus) -> tuple[str, ...]:
     )
 
 
-def lease_rows(db: LeaseStore, stream: str, consumer: str | None) -> list[tuple[str, ...]]:
-    """One row of cells per partition lease, for one consumer group or all of them."""
+def lease_rows(
+    db: StreamClientDatabase, stream: str, consumer: str | None
+) -> list[tuple[str, ...]]:
+    """One row of cells per partition lease, for one consumer group or all of them (lag by
+    the database's clock)."""
     consumers = [consumer] if consumer is not None else db.lease_consumers(stream)
-    now = now_us()
+    now = db.current_timestamp()
     return [
         _cells(name, status)
         for name in consumers

@@ -26,7 +26,6 @@ from changestream.client.lease_table import (
     worker_rows,
 )
 from changestream.client.taker import LeaseTaker, Plan
-from changestream.clock import now_us
 from changestream.store.models import Lease
 from changestream.streams.positions import Position
 from changestream.streams.records import ChildPartition
@@ -260,9 +259,9 @@ class LeaseCoordinator:
         """
         if status is None:
             start = self._config.start_timestamp
-            self._table.insert_if_absent(
-                Lease(STREAM_STATUS, START, start_timestamp=now_us() if start is None else start)
-            )
+            if start is None:
+                start = self._db.current_timestamp()  # the database's now, not this machine's
+            self._table.insert_if_absent(Lease(STREAM_STATUS, START, start_timestamp=start))
             status = self._table.get(STREAM_STATUS, START)
             assert status is not None, "the group's start row vanished right after its insert"
         records = self._db.read_change_stream(
