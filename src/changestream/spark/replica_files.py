@@ -6,9 +6,9 @@ holds a changed key (copy on write), so how the files are written is most of a l
 micro-batch's MERGE.
 
 Size. With the whole table in one file, a batch of 5,000 random keys into 170,000 rows took
-310–520 ms; with the same rows in 10 files of about 450 KB, 50–70 ms (deltalake 1.6, 2 cores,
-a table of four short columns): the files are rewritten in parallel, and a batch whose keys
-are close together (new rows, recent ones) leaves the other files alone. Without a target,
+310–516 ms; with the same rows in 10 files of about 450 KB, 68–71 ms, and in 24 files, 50–63
+ms (deltalake 1.6, 2 cores, six short columns). A batch whose keys are close together (new
+rows, recent ones) also leaves the files of other keys alone. Without a target,
 deltalake writes files of up to 100 MB and compaction packs them that big. So each replica
 gets a target of about a sixteenth of its size, between 1 MiB and 128 MiB (a power of two, so
 it changes only when the table doubles or halves): small tables stay in enough files for fast
