@@ -227,7 +227,7 @@ class ChangeStreamReader(Generic[D]):
         if end is not None and end <= self._store.now():
             # A read of the past never waits on the signal (see _follow), so it starts no
             # poller: while another process commits, a poller looks every 0.5 ms, and in a
-            # live pipeline's Spark workers it took a tenth of their CPU from the tasks.
+            # live pipeline's Spark workers it had 5.8 % of their samples (the tasks 42.6 %).
             yield from self._follow(split, signal)
             return
         with signal.listening():
