@@ -283,6 +283,24 @@ def test_warming_the_workers_runs_in_the_background_and_ends(spark: Any) -> None
     assert sorted(ready) == [2, 2]
 
 
+def test_a_warmed_worker_has_nothing_left_to_import_at_its_first_conversion() -> None:
+    # pyarrow imports pandas at its first conversion of Python values: a task's first
+    # micro-batch paid for it before the warm-up did it.
+    script = (
+        "import sys\n"
+        "from changestream.spark._session import _import_task_code\n"
+        "assert list(_import_task_code(range(3))) == [3]\n"
+        "before = set(sys.modules)\n"
+        "import pyarrow as pa\n"
+        "pa.array([{'OrderId': 1, 'Note': 'a'}])\n"
+        "print(sorted(set(sys.modules) - before))\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert run.stdout.strip() == "[]"
+
+
 def test_an_offset_log_entry_that_is_missing_or_not_understood_fails_clearly(
     tmp_path: Path,
 ) -> None:
