@@ -22,6 +22,7 @@ import tenacity
 
 from changestream.client._checkpointer import Checkpointer, LeaseLost
 from changestream.client._coordinator import ClientConfig, HeldLease, LeaseCoordinator
+from changestream.client._database_clock import DatabaseClock
 from changestream.client._processor import (
     InitializationContext,
     ProcessorFactory,
@@ -30,7 +31,6 @@ from changestream.client._processor import (
     ShutdownReason,
 )
 from changestream.client.lease_table import checkpoint_of
-from changestream.clock import now_us
 from changestream.errors import DatabaseBusy, FailedPrecondition
 from changestream.retry import retrying
 from changestream.streams.chunks import close_read, next_chunk
@@ -124,6 +124,7 @@ class PartitionConsumer:
         executor: Executor,
         on_fatal: Callable[[BaseException], None],
         catch_up_gate: threading.Lock,
+        clock: DatabaseClock,
     ) -> None:
         self._db = db
         self._coordinator = coordinator
@@ -134,6 +135,7 @@ class PartitionConsumer:
         self._executor = executor
         self._on_fatal = on_fatal
         self._catch_up_gate = catch_up_gate
+        self._clock = clock
         self._checkpointer = Checkpointer(
             coordinator, held, config.checkpoint_every_records, config.checkpoint_every_seconds
         )
@@ -283,17 +285,18 @@ class PartitionConsumer:
     def _catch_up(self, processor: RecordProcessor) -> ChildPartitionsRecord | None:
         """Deliver what is already committed, in full batches, before tailing live.
 
-        Bounded reads up to now, each batch read while holding the worker's catch-up gate:
-        a worker catching up on many partitions reads one batch at a time, because threads
-        decoding records at once only slow each other down (the GIL), and a batch goes
-        from the read straight to the processor in this thread. Ends when a read finds less
-        than a batch or idles until a heartbeat (the database's clock is behind this one's:
-        the partition is at its head), on an interruption or a fatal read error; returns
-        the child partitions when the partition ended.
+        Bounded reads up to now (by the database's clock), each batch read while holding
+        the worker's catch-up gate: a worker catching up on many partitions reads one batch
+        at a time, because threads decoding records at once only slow each other down (the
+        GIL), and a batch goes from the read straight to the processor in this thread. Ends
+        when a read finds less than a batch or idles until a heartbeat (the end is ahead of
+        the database's clock, by less than the offset's error: the partition is at its
+        head), on an interruption or a fatal read error; returns the child partitions when
+        the partition ended.
         """
         while self._interruption() is None:
             start = self._held.processed
-            end = max(now_us(), start.timestamp)
+            end = max(self._clock.now(), start.timestamp)
             read = 0
             with contextlib.closing(self._read_committed(start, end)) as chunks:
                 stop: ChildPartitionsRecord | _ReadFailed | None = None
@@ -387,7 +390,8 @@ class PartitionConsumer:
         """Process one batch, retrying until it succeeds; False when interrupted first."""
         held = self._held
         end = Position.of(batch[-1])
-        batch.millis_behind_latest = max(0, (now_us() - batch[-1].commit_timestamp) // 1000)
+        lag_us = self._clock.now() - batch[-1].commit_timestamp
+        batch.millis_behind_latest = max(0, lag_us // 1000)
         with held.lock:
             held.permitted = end
         if not self._retry(

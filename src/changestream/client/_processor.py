@@ -48,8 +48,9 @@ class RecordBatch(list[DataChangeRecord]):
 
     ``millis_behind_latest`` (KCL's name) is how far behind current time the processor is:
     milliseconds from the commit of the batch's last record to the moment the batch is
-    handed over. At the head of the stream it is the commit-to-processor latency (a few
-    milliseconds); while a backlog is worked off it is the age of the backlog.
+    handed over, by the database's clock (whatever the worker's machine's says). At the head
+    of the stream it is the commit-to-processor latency (a few milliseconds); while a backlog
+    is worked off it is the age of the backlog.
     """
 
     __slots__ = ("millis_behind_latest",)

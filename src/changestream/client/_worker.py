@@ -10,6 +10,7 @@ from typing import Any
 
 from changestream.client._consumer import PartitionConsumer
 from changestream.client._coordinator import ClientConfig, HeldLease, LeaseCoordinator
+from changestream.client._database_clock import DatabaseClock
 from changestream.client._processor import ProcessorFactory
 from changestream.clock import parse_ts
 from changestream.errors import (
@@ -118,6 +119,7 @@ class StreamClient:
             max_retry_backoff=float(_positive("max_retry_backoff", max_retry_backoff)),
         )
         self._db = db
+        self._clock = DatabaseClock(db)
         self._factory = processor_factory
         # Raises NotFound for an unknown stream, InvalidArgument for a bad consumer name.
         table = db.leases(stream, consumer)
@@ -210,6 +212,7 @@ class StreamClient:
             self._executor,
             self._fail,
             self._catch_up_gate,
+            self._clock,
         )
         self._executor.submit(consumer.run)
 
@@ -217,6 +220,8 @@ class StreamClient:
         while not self._stopping.is_set():
             pause = self._config.take_interval
             try:
+                # Before the first leases are taken, so their first batches have it.
+                self._clock.sync()
                 pause = self._coordinator.take_round()
             except DatabaseBusy as exc:
                 log.warning("worker %s could not look for leases: %s", self.worker_id, exc)
