@@ -64,6 +64,7 @@ EXPECTED_SCOPES: dict[tuple[str, str], str | None] = {
     ("POST", DB + "/watch_source"): "read",
     ("GET", STREAM + "/partitions"): "read",
     ("GET", STREAM + "/partition_history"): "read",
+    ("POST", STREAM + "/change_sizes"): "read",
     ("GET", STREAM + "/consumers"): "read",
     ("POST", STREAM + "/leases/list"): "read",
     ("POST", STREAM + "/leases/get"): "read",

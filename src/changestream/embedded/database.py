@@ -28,10 +28,11 @@ from changestream.streams import partitions
 from changestream.streams.capture import ChangeCapture
 from changestream.streams.interface import WatchSource
 from changestream.streams.models import Params, Partition, ResultSet, Timestamp
-from changestream.streams.read import ChangeStreamReader, validate
+from changestream.streams.read import MIN_HEARTBEAT_MS, ChangeStreamReader, validate
 from changestream.streams.read_function_rows import read_function_rows
 from changestream.streams.records import ChangeRecord
 from changestream.streams.sandbox import SqlSandbox, run_select
+from changestream.streams.sizes import ChangeSize
 from changestream.streams.stored_changes import StoredRecord, stored_change
 from changestream.watch.watchable import WatchableDatabase
 
@@ -357,6 +358,30 @@ class EmbeddedDatabase(WatchableDatabase):
         """The database's clock, in microseconds since the epoch: a commit after this call
         gets a later timestamp."""
         return self._store.now()
+
+    @reported
+    def change_sizes(
+        self,
+        stream: str,
+        partition_token: str,
+        start_timestamp: Timestamp,
+        end_timestamp: Timestamp,
+        limit: int = 10_000,
+    ) -> list[ChangeSize]:
+        """How much the read of one partition from ``start_timestamp`` to ``end_timestamp``
+        holds, without reading it: per commit timestamp (in order, at most ``limit``, only
+        those already safe), its data change records, their mods and the bytes of their JSON
+        as stored. The arguments are checked as the read function checks them."""
+        request = validate(
+            self._store,
+            stream,
+            start_timestamp,
+            end_timestamp,
+            partition_token,
+            MIN_HEARTBEAT_MS,
+            None,
+        )
+        return ChangeStreamReader(self._store, request).sizes(limit)
 
     # -- leases ----------------------------------------------------------------------------------
 

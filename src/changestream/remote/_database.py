@@ -55,6 +55,7 @@ from changestream.streams.records import (
     ChangeRecord,
 )
 from changestream.streams.roles import WatchSource
+from changestream.streams.sizes import ChangeSize
 from changestream.streams.stored_changes import StoredRecord
 from changestream.streams.watch_arguments import WatchCursor
 from changestream.watch.cluster import ClusterChangeStreamCursor
@@ -359,6 +360,26 @@ class RemoteDatabase(WatchableDatabase):
         """The server's database clock, in microseconds since the epoch (not this machine's):
         a commit after this call gets a later timestamp."""
         return int(self._invoke("current_timestamp").timestamp)
+
+    def change_sizes(
+        self,
+        stream: str,
+        partition_token: str,
+        start_timestamp: Timestamp,
+        end_timestamp: Timestamp,
+        limit: int = 10_000,
+    ) -> list[ChangeSize]:
+        """How much the read of one partition holds, per commit timestamp (see
+        ``EmbeddedDatabase.change_sizes``): the server counts, no record is sent."""
+        body = models.ChangeSizesRequest(
+            partition_token=encode(partition_token),
+            start_timestamp=encode(start_timestamp),
+            end_timestamp=encode(end_timestamp),
+            limit=encode(limit),
+        )
+        reply = self._invoke("change_sizes", body, stream=stream)
+        columns = (reply.commit_timestamps, reply.records, reply.mods, reply.bytes)
+        return [ChangeSize(*size) for size in zip(*columns, strict=True)]
 
     def split_at(self, table: str, key: Sequence[Any]) -> int:
         """Split the split holding ``key`` of ``table`` at that key; returns the split time."""

@@ -146,15 +146,30 @@ def read_records(
     yield from data_changes(db.read_change_stream(stream, read.start, read.end, read.token))
 
 
-def _rows(
-    records: Iterator[DataChangeRecord], row_per_mod: bool, sized: bool
+#: Commit timestamps asked for at a time when sizing a micro-batch: a first page, then
+#: doubling up to the most (a range holding more is paged through only as far as the
+#: limits need, and a batch of many partitions sizes little more of each than it takes).
+FIRST_SIZES_PAGE = 256
+MOST_SIZES_PAGE = 16_384
+
+
+def _sizes(
+    db: ChangeStreamSource, stream: str, read: ReadRange, row_per_mod: bool, page: int
 ) -> Iterator[tuple[int, int, int]]:
-    """(commit timestamp, rows, bytes per row) of each record: the rows the source makes of
-    it, and (only when ``sized``, else 0) its JSON size shared among them."""
-    for record in records:
-        rows = len(record.mods) if row_per_mod else 1
-        if rows:
-            yield record.commit_timestamp, rows, len(record.to_json()) // rows if sized else 0
+    """(commit timestamp, rows, bytes) per commit timestamp of one range, asked for ``page``
+    at a time at first: the rows the source makes of its records (mods, or records) and the
+    bytes of their JSON as stored. The database counts them; no record is read here."""
+    start = read.start
+    while start <= read.end:
+        sizes = db.change_sizes(stream, read.token, start, read.end, page)
+        for size in sizes:
+            rows = size.mods if row_per_mod else size.records
+            if rows:
+                yield size.commit_timestamp, rows, size.bytes
+        if len(sizes) < page:
+            return
+        start = sizes[-1].commit_timestamp + 1
+        page = min(2 * page, MOST_SIZES_PAGE)
 
 
 def next_frontier(
@@ -174,29 +189,25 @@ def next_frontier(
     ``idle_advance_us`` ago."""
     history = lineage(db, stream)
     end = advance(start, history, until)
-    pending = ranges(start, end)
-    readers = [read_records(db, stream, read) for read in pending]
+    limited = max_records is not None or max_bytes is not None
+    page = FIRST_SIZES_PAGE if limited else 1  # unlimited: only whether anything is there
+    # A commit timestamp at a time, not a row: the limits are crossed at the same commit
+    # timestamp as row by row (sums of rows and bytes only grow), and cuts keep whole ones.
+    sizes = heapq.merge(*(_sizes(db, stream, r, row_per_mod, page) for r in ranges(start, end)))
     stamps: list[int] = []
     over = False
-    try:
-        # A record at a time, not a row: the limits are crossed at the same record, and so
-        # the same commit timestamp, as row by row (sums of rows and bytes only grow).
-        records = heapq.merge(*(_rows(r, row_per_mod, max_bytes is not None) for r in readers))
-        rows = size = 0
-        for stamp, count, row_bytes in records:
-            stamps.append(stamp)
-            rows += count
-            size += count * row_bytes
-            if max_records is None and max_bytes is None:
-                break  # only whether anything is there
-            over = (max_records is not None and rows > max_records) or (
-                max_bytes is not None and size > max_bytes and rows > 1
-            )
-            if over:
-                break
-    finally:
-        for reader in readers:
-            reader.close()
+    rows = size = 0
+    for stamp, count, stamp_bytes in sizes:
+        stamps.append(stamp)
+        rows += count
+        size += stamp_bytes
+        if not limited:
+            break
+        over = (max_records is not None and rows > max_records) or (
+            max_bytes is not None and size > max_bytes and rows > 1
+        )
+        if over:
+            break
     if over:
         # Cut before the first row over a limit, keeping whole commit timestamps; an
         # admitted child may hold records from before the frontier, which cannot move back.

@@ -1,5 +1,6 @@
 """Reads of the change log and what it depends on, for the read function: whether a stream
-still exists, where a split ended, the next rows of one partition, and the file's version."""
+still exists, where a split ended, the next rows of one partition, how much a range holds,
+and the file's version."""
 
 from __future__ import annotations
 
@@ -42,3 +43,26 @@ def data_version(conn: sqlite3.Connection) -> int:
     """SQLite's counter of commits by other connections (it changes when one commits)."""
     (version,) = conn.execute("PRAGMA data_version").fetchone()
     return int(version)
+
+
+def log_sizes(
+    conn: sqlite3.Connection,
+    stream_id: int,
+    split_id: int,
+    first: int,
+    through: int,
+    limit: int,
+    mod_arrays: tuple[str, ...],
+) -> list[tuple[int, int, int, int]]:
+    """Per commit timestamp of one stream and split in ``[first, through]``, in order and at
+    most ``limit`` of them: (commit timestamp, log rows, mods, payload bytes). A row's mods
+    are its ``mods`` column; a row written before the column existed has the elements of
+    the first of the JSON arrays at the paths ``mod_arrays`` its payload has. No payload
+    leaves SQLite."""
+    counted = ", ".join("json_array_length(CAST(payload AS TEXT), ?)" for _ in mod_arrays)
+    return conn.execute(
+        f"SELECT commit_ts, COUNT(*), SUM(COALESCE(mods, {counted}, 0)), SUM(LENGTH(payload))"
+        " FROM _cs_log WHERE stream_id = ? AND split_id = ? AND commit_ts BETWEEN ? AND ?"
+        " GROUP BY commit_ts ORDER BY commit_ts LIMIT ?",
+        (*mod_arrays, stream_id, split_id, first, through, limit),
+    ).fetchall()

@@ -75,8 +75,8 @@ class CommitContext:
     row_deletion: bool = False
 
 
-#: (stream_id, split_id, commit_ts, record_sequence, payload) — one row of ``_cs_log``.
-LogRow = tuple[int, int, int, int, bytes]
+#: (stream_id, split_id, commit_ts, record_sequence, payload, mods) — one row of ``_cs_log``.
+LogRow = tuple[int, int, int, int, bytes, int]
 
 #: Turns a transaction's row changes into change-log rows, inside the committing transaction.
 CaptureFn = Callable[[CommitContext], list[LogRow]]

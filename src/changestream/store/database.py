@@ -39,7 +39,12 @@ from changestream.store.rebalancer import Rebalancer
 from changestream.store.rows import check_columns, key_condition, restore_nans, storage_key
 from changestream.store.schema_changes import schema_change
 from changestream.store.splits import Split, SplitMap
-from changestream.store.sqlite_layout import RETIRED_INDEXES, SYSTEM_TABLE_NAMES, SYSTEM_TABLES
+from changestream.store.sqlite_layout import (
+    ADDED_LOG_COLUMNS,
+    RETIRED_INDEXES,
+    SYSTEM_TABLE_NAMES,
+    SYSTEM_TABLES,
+)
 from changestream.store.written_rows import RowCodec
 from changestream.types import ColumnType
 from changestream.values import shown
@@ -84,6 +89,13 @@ class WriteContext:
             )
             self.meta.last_commit_ts = self.commit_ts
         return self.commit_ts
+
+
+def _missing_log_columns(conn: sqlite3.Connection) -> list[tuple[str, str]]:
+    """The columns of ``ADDED_LOG_COLUMNS`` the file's change log lacks (all of them when it
+    has no change log yet)."""
+    present = {row[1] for row in conn.execute("PRAGMA table_info(_cs_log)")}
+    return [(name, kind) for name, kind in ADDED_LOG_COLUMNS if name not in present]
 
 
 class Store:
@@ -169,13 +181,19 @@ class Store:
         existing = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
         # A file made by an older version gets its missing system tables here, and loses its
         # retired indexes, once, under the lock.
-        complete = existing.issuperset(SYSTEM_TABLE_NAMES) and not existing & RETIRED_INDEXES
+        complete = (
+            existing.issuperset(SYSTEM_TABLE_NAMES)
+            and not existing & RETIRED_INDEXES
+            and not _missing_log_columns(conn)
+        )
         if complete and conn.execute("SELECT 1 FROM _cs_meta").fetchone():
             return
         with self._begin() as conn:
             for statement in SYSTEM_TABLES.split(";"):
                 if statement.strip():
                     conn.execute(statement)
+            for name, kind in _missing_log_columns(conn):
+                conn.execute(f"ALTER TABLE _cs_log ADD COLUMN {name} {kind}")
             if conn.execute("SELECT count(*) FROM _cs_meta").fetchone()[0] == 0:
                 ts = next_commit_ts(self.now(), 0)
                 conn.execute(
@@ -357,8 +375,9 @@ class Store:
         rows = self._capture(context)
         if rows:
             ctx.conn.executemany(
-                "INSERT INTO _cs_log (stream_id, split_id, commit_ts, record_sequence, payload)"
-                " VALUES (?, ?, ?, ?, ?)",
+                "INSERT INTO _cs_log"
+                " (stream_id, split_id, commit_ts, record_sequence, payload, mods)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
                 rows,
             )
         self._collect_garbage(ctx)

@@ -250,7 +250,8 @@ def _schema_records(context: CommitContext) -> list[LogRow]:
                     "session_id": context.session_id,
                 }
             )
-            rows.append((entry.stream_id, change.split_id, context.commit_ts, sequence, payload))
+            row = (entry.stream_id, change.split_id, context.commit_ts, sequence, payload, 1)
+            rows.append(row)
     return rows
 
 
@@ -437,5 +438,5 @@ def _records(
                 ),
             }
         )
-        rows.append((stream_id, split_id, context.commit_ts, sequence, payload))
+        rows.append((stream_id, split_id, context.commit_ts, sequence, payload, len(collected)))
     return rows

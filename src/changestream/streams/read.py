@@ -12,10 +12,11 @@ from typing import Any, Generic, TypeVar, overload
 from changestream.clock import format_ts, parse_ts
 from changestream.errors import InvalidArgument, InvalidToken, NotFound, OutOfRange
 from changestream.store.catalog import StreamEntry
-from changestream.store.change_log import next_log_rows, split_end, stream_exists
+from changestream.store.change_log import log_sizes, next_log_rows, split_end, stream_exists
 from changestream.store.commit_signal import CommitSignal
 from changestream.store.database import Store
 from changestream.store.splits import Split, load_split, load_splits, splits_live_at
+from changestream.streams.mods import VALUES_FIELD
 from changestream.streams.records import (
     ChildPartition,
     ChildPartitionsRecord,
@@ -23,12 +24,16 @@ from changestream.streams.records import (
     HeartbeatRecord,
     sequence_text,
 )
+from changestream.streams.sizes import MAX_SIZES, ChangeSize
 from changestream.streams.tokens import PartitionId, decode_token, encode_token
 from changestream.values import shown
 
 MIN_HEARTBEAT_MS = 1000
 MAX_HEARTBEAT_MS = 300_000
 _BATCH = 500
+#: Where a stored record keeps its mods: as records (``mods``), or as rows of values when
+#: every mod has the same columns (see ``changestream.streams.mods``).
+_MOD_ARRAYS = ("$.mods", f"$.{VALUES_FIELD}")
 _MAX_POLL_S = 0.05
 #: How long a due heartbeat may wait for a writer to release the lock before it goes out
 #: with the timestamp already known to be safe.
@@ -165,6 +170,28 @@ class ChangeStreamReader(Generic[D]):
                 f"starts ({format_ts(earliest)})"
             )
         return split
+
+    def sizes(self, limit: int) -> list[ChangeSize]:
+        """Per commit timestamp of the data change records this partition read would return
+        that are already safe (none can still commit at or below them), in order, at most
+        ``limit`` of them: how many, their mods, and the bytes of their JSON as stored. The
+        records themselves are not read."""
+        if self._split is None:
+            raise InvalidArgument("change sizes are of one partition: give a partition_token")
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 0 < limit <= MAX_SIZES:
+            raise InvalidArgument(f"limit must be an integer from 1 to {MAX_SIZES}, got {limit!r}")
+        request, split_id = self._request, self._split.split_id
+        with self._store.snapshot() as conn:
+            upper = self._store.watermark(conn)
+            if request.end is not None:
+                upper = min(upper, request.end)
+            end_ts = split_end(conn, split_id)
+            if end_ts is not None:
+                upper = min(upper, end_ts - 1)
+            rows = log_sizes(
+                conn, request.stream.stream_id, split_id, request.start, upper, limit, _MOD_ARRAYS
+            )
+        return [ChangeSize(*row) for row in rows]
 
     def __iter__(self) -> Iterator[D | HeartbeatRecord | ChildPartitionsRecord]:
         if self._split is None:

@@ -25,6 +25,7 @@ from changestream.store.keys import KeyRange
 from changestream.store.models import Action, Lease, SnapshotRead, SplitPolicy, SystemDocument
 from changestream.streams.models import Params, Partition, ResultSet, Timestamp, Value
 from changestream.streams.records import ChangeRecord
+from changestream.streams.sizes import ChangeSize
 from changestream.streams.stored_changes import StoredRecord
 
 #: Rows to write: one sequence of values per row, in the order of the columns given.
@@ -108,7 +109,8 @@ class TableStore(Named, Protocol):
 
 @runtime_checkable
 class ChangeStreamSource(Named, Protocol):
-    """The change streams: their definitions, the read function, and partitions; and the
+    """The change streams: their definitions, the read function, partitions and how much a
+    partition range holds (``change_sizes``, what a planner cuts micro-batches by); and the
     database's clock (``current_timestamp``, in microseconds: a commit after the call gets a
     later timestamp), which positions in the stream are taken from, whatever the reader's
     own clock says."""
@@ -135,6 +137,14 @@ class ChangeStreamSource(Named, Protocol):
     ) -> Iterator[StoredRecord]: ...
     def partitions(self, stream: str, at: Timestamp | None = None) -> list[Partition]: ...
     def partition_history(self, stream: str) -> list[Partition]: ...
+    def change_sizes(
+        self,
+        stream: str,
+        partition_token: str,
+        start_timestamp: Timestamp,
+        end_timestamp: Timestamp,
+        limit: int = 10_000,
+    ) -> list[ChangeSize]: ...
 
 
 @runtime_checkable

@@ -14,6 +14,8 @@ from typing import Any
 from changestream.wire.models import (
     Actions,
     AppendLogRequest,
+    ChangeSizes,
+    ChangeSizesRequest,
     ChangeStreams,
     CommitRequest,
     CommitTimestamp,
@@ -300,6 +302,15 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         "read",
         "Every partition since the stream was created",
         response=Partitions,
+    ),
+    Endpoint(
+        "change_sizes",
+        "POST",
+        STREAM + "/change_sizes",
+        "read",
+        "Per commit timestamp of one partition range: records, mods and bytes as stored",
+        ChangeSizesRequest,
+        ChangeSizes,
     ),
     Endpoint(
         "consumers",

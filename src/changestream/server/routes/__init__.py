@@ -57,6 +57,7 @@ from changestream.server.routes.service import (
     readyz,
 )
 from changestream.server.routes.splits import (
+    change_sizes,
     get_split_policy,
     merge,
     partition_history,
@@ -106,6 +107,7 @@ HANDLERS: dict[str, Handler] = {
     "watch_source": watch_source,
     "partitions": partitions,
     "partition_history": partition_history,
+    "change_sizes": change_sizes,
     "consumers": consumers,
     "leases_list": leases_list,
     "leases_get": leases_get,

@@ -1,4 +1,4 @@
-"""Handlers of partitions, splits and the split policy."""
+"""Handlers of partitions (their lineage and sizes), splits and the split policy."""
 
 from __future__ import annotations
 
@@ -48,6 +48,23 @@ async def partition_history(
 ) -> models.Partitions:
     stream = path_part(request, "stream")
     return _partitions(await on_db(request, state, lambda db: db.partition_history(stream)))
+
+
+async def change_sizes(
+    request: Request, state: ServerState, principal: Principal, body: models.ChangeSizesRequest
+) -> models.ChangeSizes:
+    stream = path_part(request, "stream")
+    token, limit = decode(body.partition_token), decode(body.limit)
+    start, end = decode(body.start_timestamp), decode(body.end_timestamp)
+    sizes = await on_db(
+        request, state, lambda db: db.change_sizes(stream, token, start, end, limit)
+    )
+    return models.ChangeSizes(
+        commit_timestamps=[s.commit_timestamp for s in sizes],
+        records=[s.records for s in sizes],
+        mods=[s.mods for s in sizes],
+        bytes=[s.bytes for s in sizes],
+    )
 
 
 async def split(

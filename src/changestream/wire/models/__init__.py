@@ -31,6 +31,7 @@ from changestream.wire.models.lines import RowLine as RowLine
 from changestream.wire.models.lines import ShutdownLine as ShutdownLine
 from changestream.wire.models.lines import SqlStream as SqlStream
 from changestream.wire.models.requests import AppendLogRequest as AppendLogRequest
+from changestream.wire.models.requests import ChangeSizesRequest as ChangeSizesRequest
 from changestream.wire.models.requests import CommitRequest as CommitRequest
 from changestream.wire.models.requests import ConsumerRequest as ConsumerRequest
 from changestream.wire.models.requests import CreateStreamRequest as CreateStreamRequest
@@ -54,6 +55,7 @@ from changestream.wire.models.requests import SqlRequest as SqlRequest
 from changestream.wire.models.requests import StreamStateRequest as StreamStateRequest
 from changestream.wire.models.responses import ActionBody as ActionBody
 from changestream.wire.models.responses import Actions as Actions
+from changestream.wire.models.responses import ChangeSizes as ChangeSizes
 from changestream.wire.models.responses import ChangeStreamBody as ChangeStreamBody
 from changestream.wire.models.responses import ChangeStreams as ChangeStreams
 from changestream.wire.models.responses import ColumnBody as ColumnBody

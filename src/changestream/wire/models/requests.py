@@ -118,6 +118,16 @@ class ReadChangeStreamRequest(Request):
     stored_mods: bool = False
 
 
+class ChangeSizesRequest(Request):
+    """One partition range whose size is asked for (timestamps as the read function takes
+    them), and the most commit timestamps to answer with."""
+
+    partition_token: Any = None
+    start_timestamp: Any = None
+    end_timestamp: Any = None
+    limit: Any = 10_000
+
+
 class KeyRequest(Request):
     """A split point: a table and a key (a list of key values)."""
 

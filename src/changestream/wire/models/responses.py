@@ -165,6 +165,15 @@ class Partition(Model):
     write_rate: float = 0.0
 
 
+class ChangeSizes(Model):
+    """Per commit timestamp, in order (parallel lists): records, mods, bytes as stored."""
+
+    commit_timestamps: list[int]
+    records: list[int]
+    mods: list[int]
+    bytes: list[int]
+
+
 class Partitions(Model):
     partitions: list[Partition]
 
