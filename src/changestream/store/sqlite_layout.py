@@ -101,10 +101,10 @@ CREATE TABLE IF NOT EXISTS _cs_document_log (
 ) WITHOUT ROWID;
 """
 
-#: Every system table, so opening a file made by an older version can add the missing ones.
 #: Columns of the change log that files made by earlier versions lack: opening one adds them
 #: (NULL in the rows already there). ``mods`` is how many mods a record holds.
 ADDED_LOG_COLUMNS = (("mods", "INTEGER"),)
+#: Every system table, so opening a file made by an older version can add the missing ones.
 SYSTEM_TABLE_NAMES = tuple(re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)", SYSTEM_TABLES))
 #: Indexes older versions made and this one drops: ``_cs_log_age`` cost every commit a page
 #: of the write-ahead log; retention deletes through the log's primary key instead.

@@ -4,6 +4,7 @@ heartbeat_milliseconds)`` over the change log, following the seed's query workfl
 from __future__ import annotations
 
 import functools
+import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -182,16 +183,22 @@ class ChangeStreamReader(Generic[D]):
             raise InvalidArgument(f"limit must be an integer from 1 to {MAX_SIZES}, got {limit!r}")
         request, split_id = self._request, self._split.split_id
         with self._store.snapshot() as conn:
-            upper = self._store.watermark(conn)
-            if request.end is not None:
-                upper = min(upper, request.end)
-            end_ts = split_end(conn, split_id)
-            if end_ts is not None:
-                upper = min(upper, end_ts - 1)
+            upper, _ = self._readable(conn, split_id)
             rows = log_sizes(
                 conn, request.stream.stream_id, split_id, request.start, upper, limit, _MOD_ARRAYS
             )
         return [ChangeSize(*row) for row in rows]
+
+    def _readable(self, conn: sqlite3.Connection, split_id: int) -> tuple[int, int | None]:
+        """How far this read may return the split's log now (the watermark, the read's end,
+        and the split's end, whichever comes first), and when the split ended."""
+        upper = self._store.watermark(conn)
+        if self._request.end is not None:
+            upper = min(upper, self._request.end)
+        end_ts = split_end(conn, split_id)
+        if end_ts is not None:
+            upper = min(upper, end_ts - 1)
+        return upper, end_ts
 
     def __iter__(self) -> Iterator[D | HeartbeatRecord | ChildPartitionsRecord]:
         if self._split is None:
@@ -235,15 +242,9 @@ class ChangeStreamReader(Generic[D]):
         """In one consistent read: the watermark, the split's end, and the next log rows."""
         stream = self._request.stream
         with self._store.snapshot() as conn:
-            watermark = self._store.watermark(conn)
             if not stream_exists(conn, stream.stream_id):
                 raise NotFound(f"change stream {stream.definition.name!r} was dropped")
-            end_ts = split_end(conn, split_id)
-            upper = watermark
-            if self._request.end is not None:
-                upper = min(upper, self._request.end)
-            if end_ts is not None:
-                upper = min(upper, end_ts - 1)
+            upper, end_ts = self._readable(conn, split_id)
             rows = next_log_rows(conn, stream.stream_id, split_id, after, upper, _BATCH)
         # A full batch may not reach ``upper`` yet: report -1 so the caller reads on first.
         return (upper if len(rows) < _BATCH else -1), end_ts, rows
