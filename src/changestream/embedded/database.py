@@ -32,7 +32,7 @@ from changestream.streams.read import MIN_HEARTBEAT_MS, ChangeStreamReader, vali
 from changestream.streams.read_function_rows import read_function_rows
 from changestream.streams.records import ChangeRecord
 from changestream.streams.sandbox import SqlSandbox, run_select
-from changestream.streams.sizes import ChangeSize
+from changestream.streams.sizes import DEFAULT_SIZES, ChangeSize
 from changestream.streams.stored_changes import StoredRecord, stored_change
 from changestream.watch.watchable import WatchableDatabase
 
@@ -366,7 +366,7 @@ class EmbeddedDatabase(WatchableDatabase):
         partition_token: str,
         start_timestamp: Timestamp,
         end_timestamp: Timestamp,
-        limit: int = 10_000,
+        limit: int = DEFAULT_SIZES,
     ) -> list[ChangeSize]:
         """How much the read of one partition from ``start_timestamp`` to ``end_timestamp``
         holds, without reading it: per commit timestamp (in order, at most ``limit``, only

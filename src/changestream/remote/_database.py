@@ -55,7 +55,7 @@ from changestream.streams.records import (
     ChangeRecord,
 )
 from changestream.streams.roles import WatchSource
-from changestream.streams.sizes import ChangeSize
+from changestream.streams.sizes import DEFAULT_SIZES, ChangeSize
 from changestream.streams.stored_changes import StoredRecord
 from changestream.streams.watch_arguments import WatchCursor
 from changestream.watch.cluster import ClusterChangeStreamCursor
@@ -367,7 +367,7 @@ class RemoteDatabase(WatchableDatabase):
         partition_token: str,
         start_timestamp: Timestamp,
         end_timestamp: Timestamp,
-        limit: int = 10_000,
+        limit: int = DEFAULT_SIZES,
     ) -> list[ChangeSize]:
         """How much the read of one partition holds, per commit timestamp (see
         ``EmbeddedDatabase.change_sizes``): the server counts, no record is sent."""

@@ -25,7 +25,7 @@ from changestream.store.keys import KeyRange
 from changestream.store.models import Action, Lease, SnapshotRead, SplitPolicy, SystemDocument
 from changestream.streams.models import Params, Partition, ResultSet, Timestamp, Value
 from changestream.streams.records import ChangeRecord
-from changestream.streams.sizes import ChangeSize
+from changestream.streams.sizes import DEFAULT_SIZES, ChangeSize
 from changestream.streams.stored_changes import StoredRecord
 
 #: Rows to write: one sequence of values per row, in the order of the columns given.
@@ -143,7 +143,7 @@ class ChangeStreamSource(Named, Protocol):
         partition_token: str,
         start_timestamp: Timestamp,
         end_timestamp: Timestamp,
-        limit: int = 10_000,
+        limit: int = DEFAULT_SIZES,
     ) -> list[ChangeSize]: ...
 
 

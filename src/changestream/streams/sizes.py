@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-#: The most sizes one call returns (a planner pages through longer ranges).
+#: The most sizes one call returns (a planner pages through longer ranges), and how many
+#: it returns when not told.
 MAX_SIZES = 100_000
+DEFAULT_SIZES = 10_000
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from changestream.streams.sizes import DEFAULT_SIZES
 from changestream.wire.models.base import Request
 
 
@@ -125,7 +126,7 @@ class ChangeSizesRequest(Request):
     partition_token: Any = None
     start_timestamp: Any = None
     end_timestamp: Any = None
-    limit: Any = 10_000
+    limit: Any = DEFAULT_SIZES
 
 
 class KeyRequest(Request):
