@@ -9,12 +9,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
 
 import changestream
 from changestream import DataChangeRecord, InvalidArgument, InvalidToken, NotFound
 from changestream.embedded.database import store_of
+from changestream.server import Databases, NoAuth, create_app, serve_in_thread
 from changestream.spark.frontier import Frontier, ranges
 from changestream.spark.planning import live_tokens, next_frontier
+from changestream.streams.read import ChangeStreamReader, validate
 from tests.conftest import OpenDb
 
 DDL = "CREATE TABLE Items (Id INT64 NOT NULL, Name STRING(MAX), N INT64) PRIMARY KEY (Id)"
@@ -117,6 +122,21 @@ def test_bad_arguments_fail_as_the_read_functions_do(
         db.change_sizes("S", live.token, end, start)
 
 
+def test_a_stream_dropped_after_the_arguments_were_checked_is_not_found(tmp_path: Path) -> None:
+    """Sizes are counted in the same snapshot that finds the stream, as records are read: a
+    stream dropped between the check of the arguments and the count is NotFound, not empty."""
+    with changestream.open(str(tmp_path / "items.db")) as db:
+        _workload(db)
+        live = db.partitions("S")[0]
+        store = store_of(db)
+        request = validate(
+            store, "S", live.start_timestamp, db.current_timestamp(), live.token, 1000, None
+        )
+        db.execute_ddl("DROP CHANGE STREAM S")
+        with pytest.raises(NotFound, match="was dropped"):
+            ChangeStreamReader(store, request).sizes(10)
+
+
 def test_a_file_from_before_the_mods_column_gets_it_and_counts_its_old_rows(
     tmp_path: Path,
 ) -> None:
@@ -181,3 +201,42 @@ def test_a_micro_batch_is_planned_without_reading_a_record(
             assert sum(mods.values()) + extra > max_records
         else:
             assert max_records >= everything
+
+
+@pytest.mark.parametrize("server", ["current", "older"])
+def test_a_server_without_change_sizes_is_named_as_older_than_the_client(
+    tmp_path: Path, server: str
+) -> None:
+    """A pipeline of this version asks its server for ``change_sizes``; a server that has no
+    such request (an older one: today's 404 text, or the one servers had before) gets an
+    error saying so, not a NotFound that reads like a missing stream."""
+    with changestream.open(str(tmp_path / "items.db")) as db:
+        _workload(db)
+        live = db.partitions("S")[0]
+        end = db.current_timestamp()
+        databases = Databases()
+        databases.add("items", db)
+        app = create_app(databases, NoAuth())
+        app.router.routes = [
+            r for r in app.router.routes if not getattr(r, "path", "").endswith("/change_sizes")
+        ]
+        if server == "older":
+
+            async def older_404(request: Request, exc: Exception) -> Response:
+                message = f"{request.method} {request.url.path}: Not Found"
+                return JSONResponse({"error": {"code": "NotFound", "message": message}}, 404)
+
+            app.exception_handlers[HTTPException] = older_404
+        running = serve_in_thread(app)
+        try:
+            remote = changestream.connect(f"{running.url}/items")
+            try:
+                assert remote.partitions("S")[0].token == live.token
+                with pytest.raises(NotFound, match="runs an older changestream than this client"):
+                    remote.change_sizes("S", live.token, live.start_timestamp, end)
+                with pytest.raises(NotFound, match="change stream 'Nope' does not exist"):
+                    remote.partitions("Nope")
+            finally:
+                remote.close()
+        finally:
+            running.stop()

@@ -246,7 +246,7 @@ def test_bad_requests_get_json_errors(
             400,
             "Invalid enum value 'drop' - at `$.mutations[0].op`",
         ),
-        ("GET", "/v1/nowhere", None, 404, "Not Found"),
+        ("GET", "/v1/nowhere", None, 404, "GET /v1/nowhere: this server has no such request"),
         ("DELETE", "/v1/databases", None, 405, "Method Not Allowed"),
     ]
     for method, path, body, status, message in cases:

@@ -18,10 +18,12 @@ from changestream.errors import (
     ChangeStreamError,
     DatabaseClosed,
     InvalidArgument,
+    NotFound,
     Unavailable,
 )
 from changestream.retry import reconnecting
 from changestream.wire import api, models
+from changestream.wire.api import NO_SUCH_REQUEST, OLDER_NO_SUCH_REQUEST
 from changestream.wire.records import error_from_json
 
 #: Where a bearer token is read from when none is given.
@@ -190,7 +192,23 @@ def error_of(response: httpx.Response) -> ChangeStreamError:
         text = response.text[:200]
         return ChangeStreamError(f"the server answered HTTP {response.status_code}: {text}")
     error = body.get("error") if isinstance(body, dict) else None
+    if response.status_code == 404 and _unknown_request(response, error):
+        request = response.request
+        return NotFound(
+            f"the server at {request.url.scheme}://{request.url.netloc.decode()} does not "
+            f"serve {request.method} {request.url.path}, which this client needs: it runs an "
+            "older changestream than this client; upgrade the server (a client needs a "
+            "server of its own version or newer)"
+        )
     return error_from_json(error, response.status_code)
+
+
+def _unknown_request(response: httpx.Response, error: Any) -> bool:
+    """The server has no endpoint for the request (rather than no such database, stream...)."""
+    message = error.get("message") if isinstance(error, dict) else None
+    request = response.request
+    asked = f"{request.method} {request.url.path}: "
+    return message in (asked + NO_SUCH_REQUEST, asked + OLDER_NO_SUCH_REQUEST)
 
 
 def lines(response: httpx.Response) -> Iterator[dict[str, Any]]:

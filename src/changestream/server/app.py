@@ -27,7 +27,7 @@ from changestream.server._statuses import RequestTooLarge, http_status
 from changestream.server._streaming import LineStream
 from changestream.server._workers import WorkerThreads
 from changestream.server.auth import ANONYMOUS, Principal
-from changestream.wire.api import ENDPOINTS, Endpoint
+from changestream.wire.api import ENDPOINTS, NO_SUCH_REQUEST, Endpoint
 from changestream.wire.models import Request as RequestModel
 from changestream.wire.records import error_to_json
 
@@ -199,7 +199,8 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     """Starlette's own errors (unknown route, wrong method) as JSON like every other error."""
     assert isinstance(exc, HTTPException)
     code = "NotFound" if exc.status_code == 404 else "InvalidArgument"
-    message = f"{request.method} {request.url.path}: {exc.detail}"
+    detail = NO_SUCH_REQUEST if exc.status_code == 404 else exc.detail
+    message = f"{request.method} {request.url.path}: {detail}"
     body = {"error": {"code": code, "message": message}}
     return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
 

@@ -191,7 +191,11 @@ class ChangeStreamReader(Generic[D]):
 
     def _readable(self, conn: sqlite3.Connection, split_id: int) -> tuple[int, int | None]:
         """How far this read may return the split's log now (the watermark, the read's end,
-        and the split's end, whichever comes first), and when the split ended."""
+        and the split's end, whichever comes first), and when the split ended; NotFound once
+        the stream was dropped (its log may be gone already)."""
+        stream = self._request.stream
+        if not stream_exists(conn, stream.stream_id):
+            raise NotFound(f"change stream {stream.definition.name!r} was dropped")
         upper = self._store.watermark(conn)
         if self._request.end is not None:
             upper = min(upper, self._request.end)
@@ -242,8 +246,6 @@ class ChangeStreamReader(Generic[D]):
         """In one consistent read: the watermark, the split's end, and the next log rows."""
         stream = self._request.stream
         with self._store.snapshot() as conn:
-            if not stream_exists(conn, stream.stream_id):
-                raise NotFound(f"change stream {stream.definition.name!r} was dropped")
             upper, end_ts = self._readable(conn, split_id)
             rows = next_log_rows(conn, stream.stream_id, split_id, after, upper, _BATCH)
         # A full batch may not reach ``upper`` yet: report -1 so the caller reads on first.

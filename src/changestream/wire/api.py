@@ -484,3 +484,9 @@ CONSOLE: tuple[Endpoint, ...] = (
 ENDPOINTS = ENDPOINTS + STREAM_RESOURCES + CONSOLE
 
 BY_NAME = {endpoint.name: endpoint for endpoint in ENDPOINTS}
+
+#: How a server's 404 for a request it has no endpoint for ends (``METHOD PATH: <this>``), so
+#: a client can tell a request its server does not know (an older server) from a missing
+#: database or stream. Servers before this marker said ``Not Found`` (Starlette's text).
+NO_SUCH_REQUEST = "this server has no such request"
+OLDER_NO_SUCH_REQUEST = "Not Found"
