@@ -4,7 +4,9 @@ value left out) of a row the copy did not find is skipped, unless this transacti
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
+from dataclasses import astuple
 from pathlib import Path
 
 import pytest
@@ -16,7 +18,8 @@ from changestream.sources.definition import (
     SourceDefinition,
     SourcePosition,
 )
-from changestream.sources.mirror import Mirror, RowChange, SourceTransaction
+from changestream.sources.mirror import RENAME_PAGE_ROWS, Mirror, RowChange, SourceTransaction
+from changestream.sources.mysql_ddl import column_changes
 from changestream.types import ColumnType
 
 TABLE = MirroredTable(
@@ -70,3 +73,56 @@ def test_a_partial_update_of_a_row_the_copy_did_not_find_is_skipped(
     m.copy_rows("public.t", COLUMNS, [[7, "copied", "kept"]], SourcePosition("copying", 1))
     _apply(m, _partial(7, "updated"))
     assert [list(r) for r in db.read("public_t", [[7]])] == [[7, "updated", "kept"]]
+
+
+def test_a_renamed_column_keeps_every_value_page_by_page_and_is_renamed_once(
+    mirror: tuple[changestream.EmbeddedDatabase, Mirror],
+) -> None:
+    db, m = mirror
+    rows = [[i, f"v{i}" if i % 3 else None, "b"] for i in range(RENAME_PAGE_ROWS + 7)]
+    m.copy_rows("public.t", COLUMNS, rows, SourcePosition("copying", 1))
+    m.rename_column("public.t", "v", "w", "tag")
+    assert m.table("public.t").columns == ("id", "big", "w")
+    assert [list(r) for r in db.read("public_t", None, ["id", "w"])] == [r[:2] for r in rows]
+    m.rename_column("public.t", "v", "w", "tag")  # followed already: nothing happens
+    assert [c.name for c in db.tables()[0].columns] == ["id", "big", "w"]
+    # Stopped half-way (the new column there, some values in it): done again from the start.
+    db.execute_ddl("ALTER TABLE public_t ADD COLUMN v STRING(MAX)")
+    with db.transaction(exclude_txn_from_change_streams=True) as tx:
+        tx.update("public_t", ["id", "v", "w"], [[1, "one", None], [2, "two", None]])
+    m.add_table(TABLE)
+    m.rename_column("public.t", "v", "w", "tag")
+    assert [list(r) for r in db.read("public_t", [[1], [2], [3]], ["w"])] == [
+        ["one"],
+        ["two"],
+        [None],
+    ]
+    with pytest.raises(changestream.FailedPrecondition, match="renamed key column id"):
+        m.rename_column("public.t", "id", "key", "tag")
+
+
+@pytest.mark.parametrize(
+    ("statement", "expected"),
+    [
+        ("ALTER TABLE t DROP COLUMN a, ADD COLUMN a int", [("d.t", "drop", "a", "")]),
+        ("/* moved */ alter table `o`.`t` rename column a to b", [("o.t", "rename", "a", "b")]),
+        ("ALTER TABLE t CHANGE a b varchar(9), CHANGE c c int", [("d.t", "rename", "a", "b")]),
+        ("ALTER TABLE t MODIFY a varchar(9), DROP INDEX i, ADD COLUMN z int", []),
+        ("ALTER TABLE t RENAME TO u", []),
+        ("BEGIN", []),
+        ("CREATE TABLE t (a int)", []),
+    ],
+)
+def test_the_columns_a_mysql_statement_drops_or_renames(
+    statement: str, expected: list[tuple[str, str, str, str]]
+) -> None:
+    assert [astuple(c) for c in column_changes(statement, "d")] == expected
+
+
+def test_a_mysql_statement_sqlglot_cannot_read_is_named_in_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="changestream.sources"):
+        assert column_changes("ALTER ONLINE TABLE t DROP COLUMN a", "d") == []
+    assert "ALTER ONLINE TABLE t DROP COLUMN a" in caplog.text
+    assert "is not followed" in caplog.text

@@ -21,6 +21,7 @@ from click.testing import CliRunner
 
 import changestream
 from changestream.cli import main
+from changestream.clock import now_us
 from changestream.errors import AlreadyExists, FailedPrecondition, NotFound, Unavailable
 from changestream.sources import (
     RunSummary,
@@ -29,6 +30,7 @@ from changestream.sources import (
     list_sources,
     run_source,
 )
+from changestream.streams.origins import source_of_tag
 from tests.mariadb_support import (  # noqa: F401
     MariaDbServer,
     mariadb_server,
@@ -275,6 +277,82 @@ def test_columns_added_with_a_default_read_it_in_the_mirror_rows_that_had_them(
     assert drawn == [(1, None), (2, None), (3, None), (4, 0.5)]
     (warning,) = [r.getMessage() for r in caplog.records if "column drawn" in r.getMessage()]
     assert "rand()" in warning and "read NULL" in warning
+
+
+def test_columns_dropped_and_added_again_or_renamed_keep_the_mirror_equal(
+    source_dsn: str, db: Any
+) -> None:
+    """The server changes every row for these without a row event: a column dropped and
+    added again reads its new default, a renamed one keeps its values under the new name.
+    The mirror follows them from the binlog's statements, whether the connector was stopped
+    meanwhile or runs."""
+    _execute(
+        source_dsn,
+        "INSERT INTO accounts (id, owner, ratio) VALUES (1, 'ana', 1.5), (2, 'bo', 2.5)",
+        "INSERT INTO accounts (id, owner) VALUES (3, 'cy')",
+    )
+    add_source(db, "Bank", mysql=source_dsn)
+    run_source(db, "Bank", until_caught_up=True)
+    database = _database(source_dsn)
+    _execute(
+        source_dsn,
+        "ALTER TABLE accounts DROP COLUMN ratio",
+        "ALTER TABLE accounts ADD COLUMN ratio double DEFAULT 9.5",
+        "ALTER TABLE accounts RENAME COLUMN owner TO holder",
+        "INSERT INTO accounts (id, holder, ratio) VALUES (4, 'di', 4.5)",
+        "UPDATE accounts SET holder = 'bob' WHERE id = 2",
+    )
+    run_source(db, "Bank", until_caught_up=True)
+    columns = ["id", "holder", "ratio", "balance"]
+    assert _mirror_rows(db, database, columns) == _source_rows(source_dsn, columns)
+    assert _mirror_rows(db, database, ["holder", "ratio"]) == [
+        ("ana", 9.5),
+        ("bob", 9.5),
+        ("cy", 9.5),
+        ("di", 4.5),
+    ]
+    stop = threading.Event()
+    runner = threading.Thread(target=run_source, args=(db, "Bank"), kwargs={"stop": stop})
+    runner.start()
+    try:
+        _execute(
+            source_dsn,
+            "ALTER TABLE accounts CHANGE holder Owner varchar(40) NOT NULL, "
+            "DROP COLUMN ratio, ADD COLUMN ratio varchar(9)",
+            "INSERT INTO accounts (id, Owner, ratio) VALUES (5, 'ed', 'five')",
+        )
+        deadline = time.monotonic() + 60
+        while len(db.read(f"{database}_accounts", [[5]], ["id"])) < 1:
+            assert runner.is_alive() and time.monotonic() < deadline
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        runner.join(timeout=60)
+    assert not runner.is_alive()
+    columns = ["id", "Owner", "ratio", "balance"]
+    assert _mirror_rows(db, database, columns) == _source_rows(source_dsn, columns)
+    assert [r[1:3] for r in _mirror_rows(db, database, columns)] == [
+        ("ana", None),
+        ("bob", None),
+        ("cy", None),
+        ("di", None),
+        ("ed", "five"),
+    ]
+    (mirror,) = [t for t in db.tables() if t.name == f"{database}_accounts"]
+    names = [c.name for c in mirror.columns]
+    assert "holder" not in names and "owner" not in names and names.count("ratio") == 1
+    # The renames' values reached the change stream (updates tagged with the statement's
+    # position), so whatever follows the stream, a replica included, has them too.
+    renamed = [
+        record
+        for partition in changestream.walk_partitions(
+            db, "Bank", min(p.start_timestamp for p in db.partition_history("Bank")), now_us()
+        )
+        for record in changestream.data_changes(partition.records())
+        if record.mod_type == "UPDATE" and "Owner" in record.mods[0].new_values
+    ]
+    assert sorted(mod.keys["id"] for r in renamed for mod in r.mods) == [1, 2, 3, 4]
+    assert len({source_of_tag(r.transaction_tag) for r in renamed}) == 1
 
 
 def test_a_connector_killed_again_and_again_loses_and_repeats_nothing(

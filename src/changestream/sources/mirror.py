@@ -32,6 +32,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Operation = Literal["insert", "update", "delete", "truncate"]
+#: Rows a column rename copies per transaction.
+RENAME_PAGE_ROWS = 5_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,18 +108,55 @@ class Mirror:
                 value = None if existing is None else existing(name, ctype)
                 self._add_column(source, name, ctype, value)
         for name in [c for c in self._tables[source].columns if c not in columns]:
-            if name in table.primary_key:
-                raise FailedPrecondition(
-                    f"source table {source} no longer has key column {name}; the mirror "
-                    f"{table.mirror} cannot follow a changed primary key"
-                )
-            self._db.execute_ddl(f"ALTER TABLE {table.mirror} DROP COLUMN {name}")
+            self.drop_column(source, name)
+
+    def drop_column(self, source: str, name: str) -> None:
+        """The source dropped column ``name`` of ``source``: so does the mirror (nothing when
+        it has no such column)."""
+        table = self._tables[source]
+        if name not in table.columns:
+            return
+        self._check_not_key(table, name, "no longer has")
+        self._db.execute_ddl(f"ALTER TABLE {table.mirror} DROP COLUMN {name}")
+        kept = [i for i, c in enumerate(table.columns) if c != name]
+        self._tables[source] = replace(
+            table,
+            columns=tuple(table.columns[i] for i in kept),
+            types=tuple(table.types[i] for i in kept),
+        )
+
+    def rename_column(self, source: str, old: str, new: str, tag: str) -> None:
+        """The source renamed column ``old`` of ``source`` to ``new``, which keeps every row's
+        value without a row change: the mirror gains ``new`` with the values of ``old``
+        (updates tagged ``tag``, a page of rows at a time), then drops ``old``. Nothing when
+        the mirror has no ``old`` (done already: after a crash it is done again from the
+        start, until ``old`` is gone)."""
+        table = self._tables[source]
+        if old not in table.columns:
+            return
+        self._check_not_key(table, old, "renamed")
+        if new not in table.columns:
+            self._add_column(source, new, table.types[table.columns.index(old)])
             table = self._tables[source]
-            kept = [i for i, c in enumerate(table.columns) if c != name]
-            self._tables[source] = replace(
-                table,
-                columns=tuple(table.columns[i] for i in kept),
-                types=tuple(table.types[i] for i in kept),
+        key = list(table.primary_key)
+        pages = KeyRange(start_closed=(), end_closed=())
+        while True:
+            rows = self._db.read_snapshot(table.mirror, pages, [*key, old], RENAME_PAGE_ROWS).rows
+            values = [list(row) for row in rows if row[-1] is not None]
+            if values:
+                with self._db.transaction(tag=tag) as tx:
+                    tx.update(table.mirror, [*key, new], values)
+            if len(rows) < RENAME_PAGE_ROWS:
+                break
+            pages = KeyRange(start_open=tuple(rows[-1][: len(key)]), end_closed=())
+        self.drop_column(source, old)
+
+    @staticmethod
+    def _check_not_key(table: MirroredTable, name: str, what: str) -> None:
+        if name in table.primary_key:
+            raise FailedPrecondition(
+                f"source table {table.source} {what} key column {name}; the mirror "
+                f"{table.mirror} cannot follow a changed primary key"
             )
 
     def _add_column(self, source: str, name: str, ctype: ColumnType, value: Any = None) -> None:

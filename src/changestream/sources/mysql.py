@@ -23,6 +23,7 @@ from changestream.sources import binlog_rows, mysql_catalog
 from changestream.sources.connector import COPY_CHUNK_ROWS, Connector, Row
 from changestream.sources.definition import MirroredTable, SourceDefinition, SourcePosition
 from changestream.sources.mirror import RowChange, SourceTransaction
+from changestream.sources.mysql_ddl import column_changes
 from changestream.sources.mysql_types import (
     Convert,
     MySqlColumn,
@@ -33,6 +34,7 @@ from changestream.sources.mysql_types import (
 )
 from changestream.sources.row_parsers import RowParser, row_parser
 from changestream.sources.summary import Progress, RunSummary
+from changestream.streams.origins import source_tag
 from changestream.types import ColumnType
 
 if TYPE_CHECKING:
@@ -241,6 +243,8 @@ class MySqlConnector(Connector):
                 ):
                     self._commit(tx_id, reader.log_pos, reader.log_file, changes)
                     tx_id, changes = None, []
+                elif isinstance(event, QueryEvent):
+                    self._follow_statement(event, tx_id, reader.log_file, reader.log_pos)
                 if (
                     target is not None
                     and not changes
@@ -258,6 +262,29 @@ class MySqlConnector(Connector):
         end = self._position.after(offset, log_file)
         transaction = SourceTransaction(tx_id or position, position, end, tuple(changes))
         self._apply(transaction, self._position.in_overlap(offset, log_file))
+
+    def _follow_statement(self, event: Any, tx_id: str | None, log_file: str, offset: int) -> None:
+        """A statement of the binlog: the mirror follows the columns it drops or renames in a
+        captured table, there in the binlog's order (row events alone cannot tell a column
+        dropped and added again, or renamed, from one left as it was)."""
+        schema = event.schema.decode() if isinstance(event.schema, bytes) else str(event.schema)
+        query = event.query.decode() if isinstance(event.query, bytes) else str(event.query)
+        position = f"{log_file}:{offset}"
+        for change in column_changes(query, schema):
+            if change.table not in self._columns:
+                continue  # a table of the same database that the source does not capture
+            mirrored = self._mirror.table(change.table).columns
+            # MySQL's column names are not case-sensitive.
+            column = next((c for c in mirrored if c.lower() == change.column.lower()), None)
+            if column is None:
+                continue
+            if change.kind == "drop":
+                self._mirror.drop_column(change.table, column)
+            else:
+                tag = source_tag(self._definition.name, tx_id or position, position)
+                self._mirror.rename_column(change.table, column, change.new_name, tag)
+            # The table's next row event brings its columns as they are now.
+            self._columns[change.table] = {}
 
     def _row_changes(self, conn: Any, event: Any) -> list[RowChange]:
         from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent

@@ -1,0 +1,69 @@
+"""What a MySQL / MariaDB DDL statement of the binlog does to the columns of a table.
+
+Row events name a table's columns as they are at that event, so a column added later shows
+in the next row event. What they cannot show is a column dropped and added again under the
+same name (the server gives every row the new column's default, with no row event), or one
+renamed (every row keeps its value under the new name, with no row event). The statement in
+the binlog's query event says so, in the binlog's order; this module reads it with sqlglot.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+import sqlglot
+from sqlglot import exp
+
+log = logging.getLogger("changestream.sources")
+
+#: ``ALTER``, after any comments (other statements are not parsed: BEGIN comes with every
+#: transaction).
+_ALTER = re.compile(r"\s*(?:/\*.*?\*/\s*)*ALTER\b", re.IGNORECASE | re.DOTALL)
+
+
+@dataclass(frozen=True, slots=True)
+class ColumnChange:
+    """A column of source table ``table`` (``database.table``) dropped, or renamed to
+    ``new_name``."""
+
+    table: str
+    kind: Literal["drop", "rename"]
+    column: str
+    new_name: str = ""
+
+
+def column_changes(statement: str, database: str) -> list[ColumnChange]:
+    """The drops and renames of columns ``statement`` makes, in its order; ``database`` is the
+    one the statement ran in (for a table it does not qualify). Anything but ``ALTER TABLE``
+    makes none, and so does a statement sqlglot cannot read (logged)."""
+    if not _ALTER.match(statement):
+        return []
+    try:
+        parsed = sqlglot.parse_one(statement, read="mysql")
+    except sqlglot.errors.ParseError:
+        parsed = None
+    if parsed is None or isinstance(parsed, exp.Command):
+        log.warning(
+            "could not read the source's statement %r: a column it drops and adds again, or "
+            "renames, is not followed (columns are followed by name)",
+            statement[:200],
+        )
+        return []
+    if not isinstance(parsed, exp.Alter) or parsed.args.get("kind") != "TABLE":
+        return []
+    target = parsed.this
+    table = f"{target.db or database}.{target.name}"
+    changes: list[ColumnChange] = []
+    for action in parsed.args.get("actions") or []:
+        if isinstance(action, exp.Drop) and action.args.get("kind") == "COLUMN":
+            changes += [ColumnChange(table, "drop", c.name) for c in action.args["tables"]]
+        elif isinstance(action, exp.RenameColumn):
+            changes.append(ColumnChange(table, "rename", action.this.name, action.args["to"].name))
+        elif isinstance(action, exp.ModifyColumn) and action.args.get("rename_from") is not None:
+            old, new = action.args["rename_from"].name, action.this.name
+            if old != new:
+                changes.append(ColumnChange(table, "rename", old, new))
+    return changes
