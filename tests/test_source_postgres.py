@@ -20,8 +20,10 @@ from click.testing import CliRunner
 
 import changestream
 from changestream.cli import main
+from changestream.clock import now_us
 from changestream.errors import AlreadyExists, FailedPrecondition, NotFound, Unavailable
-from changestream.sources import add_source, describe_source, list_sources, run_source
+from changestream.sources import add_source, describe_source, list_sources, pg_columns, run_source
+from changestream.streams.origins import source_of_tag
 from tests.postgres_support import (  # noqa: F401
     PostgresServer,
     postgres_server,
@@ -448,6 +450,110 @@ def test_columns_dropped_and_added_in_the_source_are_followed(source_dsn: str, d
     assert _mirror_rows(db, "public_accounts", columns) == _source_rows(
         source_dsn, "accounts", columns
     )
+
+
+def test_columns_renamed_or_dropped_and_added_again_are_followed(source_dsn: str, db: Any) -> None:
+    """PostgreSQL changes every row for these without a row change: a renamed column keeps
+    its values, one dropped and added again reads its new default. The source's event
+    trigger tells the connector which column is which, in the WAL's order, whether the
+    connector was stopped meanwhile or runs, and also in a transaction that changed rows
+    before altering their table."""
+    _execute(
+        source_dsn,
+        "INSERT INTO accounts (id, owner, balance) VALUES (1, 'ana', 1.5), (2, 'bo', 2.5)",
+        "INSERT INTO accounts (id, owner) VALUES (3, 'cy')",
+    )
+    add_source(db, "Bank", postgres=source_dsn)
+    run_source(db, "Bank", until_caught_up=True)
+    _execute(
+        source_dsn,
+        "ALTER TABLE accounts RENAME COLUMN owner TO holder",
+        "ALTER TABLE accounts DROP COLUMN balance",
+        "ALTER TABLE accounts ADD COLUMN balance numeric(20,2) DEFAULT 9.5",
+        "INSERT INTO accounts (id, holder, balance) VALUES (4, 'di', 4.5)",
+        "UPDATE accounts SET holder = 'bob' WHERE id = 2",
+    )
+    run_source(db, "Bank", until_caught_up=True)
+    columns = ["id", "holder", "balance"]
+    assert _mirror_rows(db, "public_accounts", columns) == _source_rows(
+        source_dsn, "accounts", columns
+    )
+    assert [r[1:] for r in _mirror_rows(db, "public_accounts", columns)] == [
+        ("ana", decimal.Decimal("9.5")),
+        ("bob", decimal.Decimal("9.5")),
+        ("cy", decimal.Decimal("9.5")),
+        ("di", decimal.Decimal("4.5")),
+    ]
+    stop = threading.Event()
+    runner = threading.Thread(target=run_source, args=(db, "Bank"), kwargs={"stop": stop})
+    runner.start()
+    try:
+        _execute(
+            source_dsn,
+            "UPDATE accounts SET holder = 'cyd', active = true WHERE id = 3",
+            "ALTER TABLE accounts RENAME COLUMN holder TO keeper",
+            "ALTER TABLE accounts DROP COLUMN active, ADD COLUMN active text",
+            "INSERT INTO accounts (id, keeper, active) VALUES (5, 'ed', 'yes')",
+        )
+        deadline = time.monotonic() + 60
+        while not db.read("public_accounts", [[5]], ["id"]):
+            assert runner.is_alive() and time.monotonic() < deadline
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        runner.join(timeout=60)
+    assert not runner.is_alive()
+    columns = ["id", "keeper", "active", "balance"]
+    assert _mirror_rows(db, "public_accounts", columns) == _source_rows(
+        source_dsn, "accounts", columns
+    )
+    assert [r[1:3] for r in _mirror_rows(db, "public_accounts", columns)] == [
+        ("ana", None),
+        ("bob", None),
+        ("cyd", None),
+        ("di", None),
+        ("ed", "yes"),
+    ]
+    (mirror,) = [t for t in db.tables() if t.name == "public_accounts"]
+    names = [c.name for c in mirror.columns]
+    assert "owner" not in names and "holder" not in names and names.count("active") == 1
+    # The renames' values reached the change stream as updates tagged with the statement's
+    # transaction, so whatever follows the stream, a replica included, has them too.
+    start = min(p.start_timestamp for p in db.partition_history("Bank"))
+    renamed = [
+        record
+        for partition in changestream.walk_partitions(db, "Bank", start, now_us())
+        for record in changestream.data_changes(partition.records())
+        if record.mod_type == "UPDATE" and "keeper" in record.mods[0].new_values
+    ]
+    # (Row 3 twice: renamed, then its update read before the rename, applied at the commit.)
+    assert sorted(mod.keys["id"] for r in renamed for mod in r.mods) == [1, 2, 3, 3, 4]
+    assert len({source_of_tag(r.transaction_tag) for r in renamed}) == 1
+
+
+def test_a_role_that_may_not_create_the_event_trigger_gets_a_warning(
+    source_dsn: str,
+    postgres_server: PostgresServer,  # noqa: F811
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    postgres_server.sql(
+        "DO $$ BEGIN CREATE ROLE nosuper LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$"
+    )
+    conn = psycopg2.connect(source_dsn.replace("user=postgres", "user=nosuper"))
+    conn.autocommit = True
+    try:
+        with caplog.at_level(logging.WARNING, logger="changestream.sources"):
+            assert not pg_columns.ensure_trigger(conn)
+    finally:
+        conn.close()
+    assert "may not create the event trigger changestream_columns" in caplog.text
+    superuser = _connect(source_dsn)
+    superuser.autocommit = True
+    try:
+        assert pg_columns.ensure_trigger(superuser)
+        assert pg_columns.ensure_trigger(superuser)  # there already
+    finally:
+        superuser.close()
 
 
 def test_columns_added_with_a_default_read_it_in_the_mirror_rows_that_had_them(

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from changestream.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from changestream.sources import mysql_catalog, pg_catalog
 from changestream.sources.definition import (
+    COLUMNS_KIND,
     DEFINITION_KIND,
     POSITION_KIND,
     MirroredTable,
@@ -192,7 +193,7 @@ def remove_source(db: EmbeddedDatabase, name: str) -> None:
     definition = _definition(db, name)
     if definition.kind == "postgres":
         _remove_slot(definition)
-    for kind in (POSITION_KIND, DEFINITION_KIND):
+    for kind in (POSITION_KIND, COLUMNS_KIND, DEFINITION_KIND):
         document = db.system_documents(kind).get(name)
         if document is not None:
             db.delete_system_document(kind, name, document.version)

@@ -10,9 +10,11 @@ from typing import Any
 from changestream.errors import InvalidArgument
 from changestream.types import ColumnType
 
-#: The system document kinds: one definition and one position per source.
+#: The system document kinds: one definition and one position per source, and (PostgreSQL)
+#: the column numbers of its tables as of where it has read (see ``sources.pg_columns``).
 DEFINITION_KIND = "source"
 POSITION_KIND = "source-position"
+COLUMNS_KIND = "source-columns"
 
 #: A value a source left out of an update because it did not change (PostgreSQL's unchanged
 #: TOASTed values): the mirror keeps what it has.

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from changestream.ddl.literals import default_literal
 from changestream.errors import FailedPrecondition
 from changestream.sources.definition import (
+    COLUMNS_KIND,
     POSITION_KIND,
     UNCHANGED,
     MirroredTable,
@@ -202,6 +203,24 @@ class Mirror:
         with self._db.transaction(exclude_txn_from_change_streams=True) as tx:
             for table in self._tables.values():
                 tx.delete(table.mirror, KeyRange(start_closed=(), end_closed=()))
+
+    def column_numbers(self) -> dict[str, dict[str, int]] | None:
+        """The numbers of the source tables' columns as of the source's position (see
+        :meth:`save_column_numbers`), or None when none were saved."""
+        document = self._db.system_documents(COLUMNS_KIND).get(self._definition.name)
+        if document is None:
+            return None
+        return {
+            str(table): {str(column): int(n) for column, n in numbers.items()}
+            for table, numbers in document.body.items()
+        }
+
+    def save_column_numbers(self, numbers: dict[str, dict[str, int]]) -> None:
+        """Keep the numbers of the source tables' columns (PostgreSQL's ``attnum``): saved
+        after the mirror followed the statement that changed them, so one read again after
+        a crash changes nothing twice."""
+        with self._db.transaction(exclude_txn_from_change_streams=True) as tx:
+            tx.put_system_document(COLUMNS_KIND, self._definition.name, numbers)
 
     def save_position(self, position: SourcePosition) -> None:
         with self._db.transaction(exclude_txn_from_change_streams=True) as tx:

@@ -18,7 +18,7 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from changestream.sources import pg_catalog
+from changestream.sources import pg_catalog, pg_columns
 from changestream.sources.connector import COPY_CHUNK_ROWS, Connector, Row
 from changestream.sources.definition import MirroredTable, SourceDefinition, SourcePosition
 from changestream.sources.mirror import RowChange, SourceTransaction
@@ -35,6 +35,7 @@ from changestream.sources.pgoutput import (
     parse_lsn,
 )
 from changestream.sources.summary import Progress, RunSummary
+from changestream.streams.origins import source_tag
 from changestream.types import ColumnType
 
 if TYPE_CHECKING:
@@ -57,6 +58,8 @@ class PostgresConnector(Connector):
     ) -> None:
         super().__init__(db, definition, position, progress)
         self._shapes = RowShapes()
+        #: Each table's column numbers as of where the connector has read.
+        self._numbers: dict[str, dict[str, int]] = {}
 
     def _server_error(self) -> type[Exception]:
         return pg_catalog.server_error()
@@ -75,7 +78,13 @@ class PostgresConnector(Connector):
             ]
             for table in described:
                 self._mirror.add_table(table)
+            pg_columns.ensure_trigger(conn)
             copied = self._position is not None and self._position.state == "streaming"
+            # As of where streaming starts: the copy's snapshot (about now), or where the
+            # last run left off (a source of an earlier version kept none: now).
+            self._numbers = (self._mirror.column_numbers() if copied else None) or {
+                t: pg_columns.column_numbers(conn, t) for t in definition.tables
+            }
             if not copied and not self._copy(conn, described, stop):
                 return self.summary  # stopped mid-copy: the next run resumes it
             marker = pg_catalog.emit_marker(conn) if until_caught_up else None
@@ -139,6 +148,7 @@ class PostgresConnector(Connector):
         if not whole:
             return False
         assert self._position is not None
+        self._mirror.save_column_numbers(self._numbers)
         self._position = replace(self._position, state="streaming", progress={})
         self._mirror.save_position(self._position)
         self.summary.lsn = self._position.lsn
@@ -245,11 +255,48 @@ class PostgresConnector(Connector):
                     elif isinstance(decoded, LogicalMessage):
                         if decoded.prefix == MARKER_PREFIX and decoded.content == marker:
                             break
+                        # Of a transaction not applied yet (one applied is read again when
+                        # the slot resends it; the numbers kept are already past it).
+                        if (
+                            decoded.prefix == pg_columns.COLUMNS_PREFIX
+                            and begin is not None
+                            and begin.final_lsn >= applied
+                        ):
+                            changes = self._follow_numbers(decoded.content, begin, changes)
                     elif decoded is not None:
                         changes.extend(self._shapes.changes(decoded))
                 stream.send_feedback(flush_lsn=applied, force=True)
         finally:
             replication.close()
+
+    def _follow_numbers(
+        self, content: bytes, begin: Begin, changes: list[RowChange]
+    ) -> list[RowChange]:
+        """An ``ALTER TABLE`` of the source, with its table's column numbers after it: a
+        column whose number is gone was dropped (so a column added again under its name is
+        a new one, which the next relation message brings), one whose number has another
+        name was renamed (the mirror renames it, keeping its values). Returns the
+        transaction's ``changes`` so far in the table's new shape."""
+        table, numbers = pg_columns.read_message(content)
+        if table not in self._definition.tables:
+            return changes
+        before = self._numbers.get(table, {})
+        names = {number: name for name, number in numbers.items()}
+        tag = source_tag(self._definition.name, str(begin.xid), lsn_text(begin.final_lsn))
+        renamed: dict[str, str | None] = {}
+        for name, number in before.items():
+            now = names.get(number)
+            if now is None:
+                self._mirror.drop_column(table, name)
+            elif now != name:
+                self._mirror.rename_column(table, name, now, tag)
+            if now != name:
+                renamed[name] = now
+        self._numbers = {**self._numbers, table: numbers}
+        self._mirror.save_column_numbers(self._numbers)
+        return [
+            _reshaped(change, renamed) if change.table == table else change for change in changes
+        ]
 
     def _follow_shape(self, conn: Any, relation: Relation) -> None:
         """Follow the columns the source now sends for a table: the mirror gains and loses
@@ -268,3 +315,20 @@ class PostgresConnector(Connector):
             existing,
         )
         self._shapes.relation(relation, self._mirror.table(source))
+
+
+def _reshaped(change: RowChange, renamed: dict[str, str | None]) -> RowChange:
+    """A row change read before an ``ALTER TABLE`` of its own transaction, with the columns
+    the statement renamed under their new names and those it dropped (``None``) left out."""
+    if not renamed or change.new is None:
+        return change
+    kept = [
+        (renamed.get(column, column), value)
+        for column, value in zip(change.columns, change.new, strict=True)
+        if renamed.get(column, column) is not None
+    ]
+    return replace(
+        change,
+        columns=tuple(str(column) for column, _ in kept),
+        new=tuple(value for _, value in kept),
+    )

@@ -1,0 +1,97 @@
+"""Which PostgreSQL column is which: the column numbers (``attnum``) of a table's columns, and
+an event trigger that writes them into the WAL after every ``ALTER TABLE``.
+
+Logical decoding sends no DDL, and a relation message names a table's columns and their types
+only. So a column renamed looks like one dropped and another added, and a column dropped and
+added again under the same name looks like nothing happened, while PostgreSQL changed every
+row without a row change (a renamed column keeps its values, a re-added one reads its new
+default). A column's number tells them apart: a rename keeps it, a column added gets a new
+one. The trigger's message comes in the DDL's own transaction, so in the WAL's order.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import orjson
+
+log = logging.getLogger("changestream.sources")
+
+#: The prefix of the trigger's messages; their content is ``{"table": "schema.table",
+#: "columns": [[attnum, name], ...]}``, the table's columns after the statement.
+COLUMNS_PREFIX = "changestream.columns"
+#: The event trigger and its function, one per server database (shared by its sources).
+TRIGGER = "changestream_columns"
+
+_FUNCTION = f"""
+CREATE OR REPLACE FUNCTION {TRIGGER}() RETURNS event_trigger LANGUAGE plpgsql AS $$
+DECLARE
+    relid oid;
+BEGIN
+    FOR relid IN
+        SELECT DISTINCT objid FROM pg_event_trigger_ddl_commands()
+        WHERE classid = 'pg_class'::regclass AND object_type IN ('table', 'table column')
+    LOOP
+        PERFORM pg_logical_emit_message(true, '{COLUMNS_PREFIX}', json_build_object(
+            'table', (
+                SELECT n.nspname || '.' || c.relname FROM pg_class c
+                JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = relid
+            ),
+            'columns', (
+                SELECT json_agg(json_build_array(a.attnum, a.attname) ORDER BY a.attnum)
+                FROM pg_attribute a
+                WHERE a.attrelid = relid AND a.attnum > 0 AND NOT a.attisdropped
+            )
+        )::text);
+    END LOOP;
+END $$
+"""
+
+
+def ensure_trigger(conn: Any) -> bool:
+    """Install the event trigger unless the server database has it; False, with a warning,
+    when this role may not (event triggers take a superuser). ``conn`` is in autocommit."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT 1 FROM pg_event_trigger WHERE evtname = %s", (TRIGGER,))
+        if cur.fetchone() is not None:
+            return True
+        try:
+            cur.execute(_FUNCTION)
+            cur.execute(
+                f"CREATE EVENT TRIGGER {TRIGGER} ON ddl_command_end "
+                f"WHEN TAG IN ('ALTER TABLE') EXECUTE FUNCTION {TRIGGER}()"
+            )
+        except Exception as exc:
+            if getattr(exc, "pgcode", None) == "42710":  # another source created it meanwhile
+                return True
+            if getattr(exc, "pgcode", None) != "42501":  # insufficient_privilege
+                raise
+            log.warning(
+                "the source's role may not create the event trigger %s (it takes a "
+                "superuser): a column renamed, or dropped and added again under the same "
+                "name, is not followed (%s)",
+                TRIGGER,
+                str(exc).strip(),
+            )
+            return False
+    return True
+
+
+def column_numbers(conn: Any, table: str) -> dict[str, int]:
+    """The ``attnum`` of each column of source table ``schema.table`` now."""
+    schema, _, name = table.partition(".")
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT a.attname, a.attnum FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s "
+            "AND c.relname = %s AND a.attnum > 0 AND NOT a.attisdropped",
+            (schema, name),
+        )
+        return {str(column): int(number) for column, number in cur.fetchall()}
+
+
+def read_message(content: bytes) -> tuple[str, dict[str, int]]:
+    """(table, each column's number) from a message of the trigger."""
+    body = orjson.loads(content)
+    return str(body["table"]), {str(name): int(number) for number, name in body["columns"] or ()}
