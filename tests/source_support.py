@@ -61,6 +61,14 @@ class Writer(threading.Thread):
             raise self.error
 
 
+def wait_while_running(done: Callable[[], bool], runner: threading.Thread) -> None:
+    """Until ``done()``, while the connector thread ``runner`` runs (60 s at most)."""
+    deadline = time.monotonic() + 60
+    while not done():
+        assert runner.is_alive() and time.monotonic() < deadline
+        time.sleep(0.05)
+
+
 def start_connector(path: str, name: str = "Bank") -> subprocess.Popen[bytes]:
     """``changestream sources run NAME --db PATH`` in a process of its own."""
     return subprocess.Popen(
