@@ -357,6 +357,41 @@ def test_columns_dropped_and_added_again_or_renamed_keep_the_mirror_equal(
     assert len({source_of_tag(r.transaction_tag) for r in renamed}) == 1
 
 
+def test_runs_starting_while_the_table_is_altered_find_it(source_dsn: str, db: Any) -> None:
+    """An ALTER TABLE that copies the table takes it out of the server's catalog for a moment:
+    a run starting then looks again instead of stopping with "no table"."""
+    _execute(source_dsn, "INSERT INTO accounts (id, owner) VALUES (1, 'ana')")
+    add_source(db, "Bank", mysql=source_dsn)
+    run_source(db, "Bank", until_caught_up=True)
+    halt = threading.Event()
+    altered = [0]
+
+    def alter() -> None:
+        conn = _connect(source_dsn)
+        try:
+            with conn.cursor() as cur:
+                while not halt.is_set():
+                    cur.execute("ALTER TABLE accounts ADD COLUMN spare int, ALGORITHM=COPY")
+                    cur.execute("ALTER TABLE accounts DROP COLUMN spare, ALGORITHM=COPY")
+                    altered[0] += 1
+        finally:
+            conn.close()
+
+    alterer = threading.Thread(target=alter)
+    alterer.start()
+    try:
+        for _ in range(30):
+            run_source(db, "Bank", until_caught_up=True)
+    finally:
+        halt.set()
+        alterer.join(timeout=60)
+    assert altered[0] > 0
+    _execute(source_dsn, "UPDATE accounts SET owner = 'ann' WHERE id = 1")
+    run_source(db, "Bank", until_caught_up=True)
+    columns = ["id", "owner"]
+    assert _mirror_rows(db, _database(source_dsn), columns) == [(1, "ann")]
+
+
 def test_a_connector_killed_again_and_again_loses_and_repeats_nothing(
     source_dsn: str, tmp_path: Path
 ) -> None:

@@ -72,20 +72,24 @@ class MySqlConnector(Connector):
             mysql_catalog.check_server(conn)
             mysql_catalog.lock_source(conn, definition.name)
             mysql_catalog.check_server_id(conn, definition.server_id, definition.name)
-            described = [
-                mysql_catalog.describe(conn, t, definition.mirror(t)) for t in definition.tables
-            ]
+            with mysql_catalog.definitions_held(conn, definition.tables):
+                described = [
+                    (
+                        mysql_catalog.describe(conn, t, definition.mirror(t)),
+                        mysql_catalog.columns(conn, t),
+                    )
+                    for t in definition.tables
+                ]
             copied = self._position is not None and self._position.state == "streaming"
-            for table in described:
+            for table, columns in described:
                 self._mirror.add_table(table)
-                columns = mysql_catalog.columns(conn, table.source)
                 if copied:
                     # The shape the mirror follows: columns added or dropped while the
                     # connector was stopped are followed when the binlog's rows bring them.
                     mirrored = self._mirror.table(table.source).columns
                     columns = [c for c in columns if c.name in mirrored]
                 self._learn(table.source, columns)
-            if not copied and not self._copy(described, stop):
+            if not copied and not self._copy([t for t, _ in described], stop):
                 return self.summary  # stopped mid-copy: the next run resumes it
             target = mysql_catalog.binlog_position(conn) if until_caught_up else None
             self._follow(conn, stop, target)

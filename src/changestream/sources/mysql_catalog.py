@@ -114,6 +114,33 @@ def session(dsn: str) -> Iterator[Any]:
         conn.close()
 
 
+@contextmanager
+def definitions_held(conn: Any, tables: tuple[str, ...]) -> Iterator[None]:
+    """While the block runs, no ``ALTER TABLE`` of ``tables`` can finish, so what the catalog
+    says of them holds still (an ALTER that copies a table takes it out of the catalog, and
+    its primary key, for a moment). Each table is read in one transaction, which holds its
+    shared metadata lock until the block ends; an ALTER finishing meanwhile is waited for.
+    ``conn`` is in autocommit."""
+    with conn.cursor() as cur:
+        cur.execute("START TRANSACTION")
+        try:
+            for table in tables:
+                database, _, name = table.partition(".")
+                try:
+                    cur.execute(f"SELECT 1 FROM {_quoted(database)}.{_quoted(name)} LIMIT 0")
+                except server_error() as exc:
+                    if exc.args and exc.args[0] == _NO_SUCH_TABLE:
+                        raise NotFound(f"the source has no table {table}") from exc
+                    raise
+            yield
+        finally:
+            conn.rollback()
+
+
+#: The server's error number for a table that does not exist.
+_NO_SUCH_TABLE = 1146
+
+
 def is_mariadb(conn: Any) -> bool:
     return "mariadb" in str(conn.get_server_info()).lower()
 
