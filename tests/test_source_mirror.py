@@ -126,3 +126,28 @@ def test_a_mysql_statement_sqlglot_cannot_read_is_named_in_a_warning(
         assert column_changes("ALTER ONLINE TABLE t DROP COLUMN a", "d") == []
     assert "ALTER ONLINE TABLE t DROP COLUMN a" in caplog.text
     assert "is not followed" in caplog.text
+
+
+def test_a_statement_swapping_column_names_swaps_the_values(
+    mirror: tuple[changestream.EmbeddedDatabase, Mirror],
+) -> None:
+    """Columns renamed by one statement take their new names at once, as the source does:
+    ``v`` and ``big`` trade names (each keeps its values), also when the statement is read
+    again after a crash left one of them at its staging name."""
+    db, m = mirror
+    m.copy_rows("public.t", COLUMNS, [[1, "v1", "b1"], [2, None, "b2"]], SourcePosition("c", 1))
+    m.follow_statement("public.t", [], {"v": "big", "big": "v"}, "tag")
+    assert sorted(m.table("public.t").columns) == ["big", "id", "v"]
+    assert [list(r) for r in db.read("public_t", None, ["id", "v", "big"])] == [
+        [1, "b1", "v1"],
+        [2, "b2", None],
+    ]
+    m.rename_column("public.t", "v", "v_cs_renaming", "tag")  # stopped half-way
+    m.follow_statement("public.t", [], {"big": "v", "v": "big"}, "tag")
+    assert [list(r) for r in db.read("public_t", None, ["id", "v", "big"])] == [
+        [1, "v1", "b1"],
+        [2, None, "b2"],
+    ]
+    m.follow_statement("public.t", ["big"], {"v": "big"}, "tag")  # drops first, then renames
+    assert m.table("public.t").columns == ("id", "big")
+    assert [list(r) for r in db.read("public_t")] == [[1, "v1"], [2, None]]

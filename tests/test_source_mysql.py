@@ -357,6 +357,31 @@ def test_columns_dropped_and_added_again_or_renamed_keep_the_mirror_equal(
     assert len({source_of_tag(r.transaction_tag) for r in renamed}) == 1
 
 
+def test_a_statement_swapping_two_column_names_swaps_them_in_the_mirror(
+    source_dsn: str, db: Any
+) -> None:
+    _execute(
+        source_dsn,
+        "INSERT INTO accounts (id, owner, kind, flags) VALUES (1, 'ana', 'a', 'x'), (2, 'bo', "
+        "NULL, 'y,z')",
+    )
+    add_source(db, "Bank", mysql=source_dsn)
+    run_source(db, "Bank", until_caught_up=True)
+    _execute(
+        source_dsn,
+        "ALTER TABLE accounts RENAME COLUMN owner TO kind, RENAME COLUMN kind TO owner, "
+        "CHANGE flags marks set('x','y','z')",
+        "UPDATE accounts SET owner = 'b' WHERE id = 2",
+    )
+    run_source(db, "Bank", until_caught_up=True)
+    columns = ["id", "owner", "kind", "marks"]
+    assert _mirror_rows(db, _database(source_dsn), columns) == _source_rows(source_dsn, columns)
+    assert _mirror_rows(db, _database(source_dsn), columns) == [
+        (1, "a", "ana", "x"),
+        (2, "b", "bo", "y,z"),
+    ]
+
+
 def test_runs_starting_while_the_table_is_altered_find_it(source_dsn: str, db: Any) -> None:
     """An ALTER TABLE that copies the table takes it out of the server's catalog for a moment:
     a run starting then looks again instead of stopping with "no table"."""

@@ -8,7 +8,7 @@ values; how a source encodes rows stays with its connector."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -35,6 +35,14 @@ log = logging.getLogger(__name__)
 Operation = Literal["insert", "update", "delete", "truncate"]
 #: Rows a column rename copies per transaction.
 RENAME_PAGE_ROWS = 5_000
+
+
+def _staging(column: str) -> str:
+    """Where a renamed column waits while another takes its name (see follow_statement)."""
+    return column if column.endswith(_STAGING) else column + _STAGING
+
+
+_STAGING = "_cs_renaming"
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +159,30 @@ class Mirror:
                 break
             pages = KeyRange(start_open=tuple(rows[-1][: len(key)]), end_closed=())
         self.drop_column(source, old)
+
+    def follow_statement(
+        self, source: str, dropped: Sequence[str], renamed: Mapping[str, str], tag: str
+    ) -> None:
+        """The columns one statement of the source dropped and renamed (old name: new name),
+        all at once as the source applies them: the drops first, then each renamed column
+        takes its new name even when that was another column's (a swap, or a chain, goes
+        through staging names; a statement read again after a crash between the two steps
+        carries on from the staging names)."""
+        for name in dropped:
+            self.drop_column(source, name)
+        columns = self._tables[source].columns
+        moves = {
+            (old if old in columns else _staging(old)): new
+            for old, new in renamed.items()
+            if old != new and (old in columns or _staging(old) in columns)
+        }
+        if set(moves.values()) & set(moves):
+            for old in list(moves):
+                if old != _staging(old) and _staging(old) not in columns:
+                    self.rename_column(source, old, _staging(old), tag)
+            moves = {_staging(old): new for old, new in moves.items()}
+        for old, new in moves.items():
+            self.rename_column(source, old, new, tag)
 
     @staticmethod
     def _check_not_key(table: MirroredTable, name: str, what: str) -> None:

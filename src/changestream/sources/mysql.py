@@ -274,21 +274,26 @@ class MySqlConnector(Connector):
         schema = event.schema.decode() if isinstance(event.schema, bytes) else str(event.schema)
         query = event.query.decode() if isinstance(event.query, bytes) else str(event.query)
         position = f"{log_file}:{offset}"
-        for change in column_changes(query, schema):
-            if change.table not in self._columns:
+        tag = source_tag(self._definition.name, tx_id or position, position)
+        changes = column_changes(query, schema)
+        for table in dict.fromkeys(c.table for c in changes):
+            if table not in self._columns:
                 continue  # a table of the same database that the source does not capture
-            mirrored = self._mirror.table(change.table).columns
             # MySQL's column names are not case-sensitive.
-            column = next((c for c in mirrored if c.lower() == change.column.lower()), None)
-            if column is None:
-                continue
-            if change.kind == "drop":
-                self._mirror.drop_column(change.table, column)
-            else:
-                tag = source_tag(self._definition.name, tx_id or position, position)
-                self._mirror.rename_column(change.table, column, change.new_name, tag)
+            mirrored = {c.lower(): c for c in self._mirror.table(table).columns}
+            mine = [c for c in changes if c.table == table]
+            self._mirror.follow_statement(
+                table,
+                [mirrored.get(c.column.lower(), c.column) for c in mine if c.kind == "drop"],
+                {
+                    mirrored.get(c.column.lower(), c.column): c.new_name
+                    for c in mine
+                    if c.kind == "rename"
+                },
+                tag,
+            )
             # The table's next row event brings its columns as they are now.
-            self._columns[change.table] = {}
+            self._columns[table] = {}
 
     def _row_changes(self, conn: Any, event: Any) -> list[RowChange]:
         from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent

@@ -283,15 +283,16 @@ class PostgresConnector(Connector):
         before = self._numbers.get(table, {})
         names = {number: name for name, number in numbers.items()}
         tag = source_tag(self._definition.name, str(begin.xid), lsn_text(begin.final_lsn))
-        renamed: dict[str, str | None] = {}
-        for name, number in before.items():
-            now = names.get(number)
-            if now is None:
-                self._mirror.drop_column(table, name)
-            elif now != name:
-                self._mirror.rename_column(table, name, now, tag)
-            if now != name:
-                renamed[name] = now
+        renamed: dict[str, str | None] = {
+            name: names.get(number) for name, number in before.items()
+        }
+        renamed = {name: now for name, now in renamed.items() if now != name}
+        self._mirror.follow_statement(
+            table,
+            [name for name, now in renamed.items() if now is None],
+            {name: now for name, now in renamed.items() if now is not None},
+            tag,
+        )
         self._numbers = {**self._numbers, table: numbers}
         self._mirror.save_column_numbers(self._numbers)
         return [
