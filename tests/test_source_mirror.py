@@ -106,8 +106,15 @@ def test_a_renamed_column_keeps_every_value_page_by_page_and_is_renamed_once(
     [
         ("ALTER TABLE t DROP COLUMN a, ADD COLUMN a int", [("d.t", "drop", "a", "")]),
         ("/* moved */ alter table `o`.`t` rename column a to b", [("o.t", "rename", "a", "b")]),
-        ("ALTER TABLE t CHANGE a b varchar(9), CHANGE c c int", [("d.t", "rename", "a", "b")]),
-        ("ALTER TABLE t MODIFY a varchar(9), DROP INDEX i, ADD COLUMN z int", []),
+        (
+            "ALTER TABLE t CHANGE a b varchar(9), CHANGE c c int",
+            [("d.t", "rename", "a", "b"), ("d.t", "retype", "b", ""), ("d.t", "retype", "c", "")],
+        ),
+        (
+            "ALTER TABLE t MODIFY a varchar(9), DROP INDEX i, ADD COLUMN z int",
+            [("d.t", "retype", "a", "")],
+        ),
+        ("ALTER TABLE t ALTER COLUMN a SET DEFAULT 3, ADD INDEX i (a)", []),
         ("ALTER TABLE t RENAME TO u", []),
         ("BEGIN", []),
         ("CREATE TABLE t (a int)", []),

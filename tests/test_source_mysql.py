@@ -382,6 +382,41 @@ def test_a_statement_swapping_two_column_names_swaps_them_in_the_mirror(
     ]
 
 
+def test_columns_given_another_type_take_it_with_the_values_the_server_converted(
+    source_dsn: str, db: Any
+) -> None:
+    _execute(
+        source_dsn,
+        "INSERT INTO accounts (id, owner, ratio, active, balance) VALUES "
+        "(1, 'ana', 1.5, 1, 10.25), (2, 'bo', NULL, 0, 20.75)",
+    )
+    add_source(db, "Bank", mysql=source_dsn)
+    run_source(db, "Bank", until_caught_up=True)
+    _execute(
+        source_dsn,
+        "ALTER TABLE accounts MODIFY ratio varchar(9), MODIFY active varchar(5)",
+        "ALTER TABLE accounts MODIFY balance decimal(20,1)",  # the same type, values rounded
+        "ALTER TABLE accounts CHANGE owner holder varchar(40) NOT NULL",  # renamed only
+        "INSERT INTO accounts (id, holder, ratio, active) VALUES (3, 'cy', 'five', 'yes')",
+    )
+    run_source(db, "Bank", until_caught_up=True)
+    database = _database(source_dsn)
+    columns = ["id", "holder", "ratio", "active", "balance"]
+    assert _mirror_rows(db, database, columns) == _source_rows(source_dsn, columns)
+    assert _mirror_rows(db, database, columns) == [
+        (1, "ana", "1.5", "1", decimal.Decimal("10.3")),
+        (2, "bo", None, "0", decimal.Decimal("20.8")),
+        (3, "cy", "five", "yes", None),
+    ]
+    (mirror,) = [t for t in db.tables() if t.name == f"{database}_accounts"]
+    types = {c.name: str(c.type) for c in mirror.columns}
+    assert (types["ratio"], types["active"], types["holder"]) == (
+        "STRING(MAX)",
+        "STRING(MAX)",
+        "STRING(MAX)",
+    )
+
+
 def test_runs_starting_while_the_table_is_altered_find_it(source_dsn: str, db: Any) -> None:
     """An ALTER TABLE that copies the table takes it out of the server's catalog for a moment:
     a run starting then looks again instead of stopping with "no table"."""

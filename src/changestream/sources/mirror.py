@@ -8,7 +8,7 @@ values; how a source encodes rows stays with its connector."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -159,6 +159,46 @@ class Mirror:
                 break
             pages = KeyRange(start_open=tuple(rows[-1][: len(key)]), end_closed=())
         self.drop_column(source, old)
+
+    def retype_column(
+        self,
+        source: str,
+        name: str,
+        ctype: ColumnType,
+        pages: Callable[[], Iterable[Sequence[Sequence[Any]]]],
+        tag: str,
+    ) -> None:
+        """The source gave column ``name`` of ``source`` another type, converting every row's
+        value without a row change. The mirror's column gets the mirrored type ``ctype``
+        (dropped and added again when it is another), then each row the mirror has takes the
+        value the source holds now, where it differs (updates tagged ``tag``). ``pages()``
+        reads the source's rows, a page at a time: the key's values, then the column's.
+        Rows the mirror does not have yet come with their own changes; the changes after the
+        statement that the mirror has yet to apply bring their rows to their values again.
+        Read again after a crash, it finishes what it left."""
+        table = self._tables[source]
+        if name not in table.columns:
+            return
+        self._check_not_key(table, name, "changed the type of")
+        if table.types[table.columns.index(name)] != ctype:
+            self.drop_column(source, name)
+            self._add_column(source, name, ctype)
+            table = self._tables[source]
+        key = list(table.primary_key)
+        width = len(key)
+        for page in pages():
+            keys = [list(row[:width]) for row in page]
+            held = {
+                tuple(r[:width]): r[width] for r in self._db.read(table.mirror, keys, [*key, name])
+            }
+            changed = [
+                list(row)
+                for row in page
+                if tuple(row[:width]) in held and held[tuple(row[:width])] != row[width]
+            ]
+            if changed:
+                with self._db.transaction(tag=tag) as tx:
+                    tx.update(table.mirror, [*key, name], changed)
 
     def follow_statement(
         self, source: str, dropped: Sequence[str], renamed: Mapping[str, str], tag: str

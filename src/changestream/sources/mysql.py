@@ -13,8 +13,10 @@ changes up to that snapshot idempotently. A lost connection ends the run with
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -248,7 +250,7 @@ class MySqlConnector(Connector):
                     self._commit(tx_id, reader.log_pos, reader.log_file, changes)
                     tx_id, changes = None, []
                 elif isinstance(event, QueryEvent):
-                    self._follow_statement(event, tx_id, reader.log_file, reader.log_pos)
+                    self._follow_statement(conn, event, tx_id, reader.log_file, reader.log_pos)
                 if (
                     target is not None
                     and not changes
@@ -267,7 +269,9 @@ class MySqlConnector(Connector):
         transaction = SourceTransaction(tx_id or position, position, end, tuple(changes))
         self._apply(transaction, self._position.in_overlap(offset, log_file))
 
-    def _follow_statement(self, event: Any, tx_id: str | None, log_file: str, offset: int) -> None:
+    def _follow_statement(
+        self, conn: Any, event: Any, tx_id: str | None, log_file: str, offset: int
+    ) -> None:
         """A statement of the binlog: the mirror follows the columns it drops or renames in a
         captured table, there in the binlog's order (row events alone cannot tell a column
         dropped and added again, or renamed, from one left as it was)."""
@@ -292,8 +296,34 @@ class MySqlConnector(Connector):
                 },
                 tag,
             )
+            retyped = [c.column for c in mine if c.kind == "retype"]
+            if retyped:
+                self._follow_types(conn, table, retyped, tag)
             # The table's next row event brings its columns as they are now.
             self._columns[table] = {}
+
+    def _follow_types(self, conn: Any, table: str, names: list[str], tag: str) -> None:
+        """Columns the statement gave a type: the mirror's take the type the server's catalog
+        gives them now, and the values the server holds now (it converted them in place),
+        read while no other ALTER TABLE of the table can finish."""
+        try:
+            with mysql_catalog.definitions_held(conn, (table,)):
+                described = {c.name.lower(): c for c in mysql_catalog.columns(conn, table)}
+                key = [described[k.lower()] for k in self._mirror.table(table).primary_key]
+                for name in names:
+                    column = described.get(name.lower())
+                    mirrored = {c.lower(): c for c in self._mirror.table(table).columns}
+                    if column is None or name.lower() not in mirrored:
+                        continue  # dropped since, or not mirrored
+                    self._mirror.retype_column(
+                        table,
+                        mirrored[name.lower()],
+                        column_type(column, table),
+                        functools.partial(_current_values, conn, table, key, column),
+                        tag,
+                    )
+        except NotFound:
+            return  # the table was dropped since: its later statements say so
 
     def _row_changes(self, conn: Any, event: Any) -> list[RowChange]:
         from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent
@@ -374,3 +404,35 @@ def _images(event: Any, names: tuple[str, ...], count: int) -> list[tuple[tuple[
         return decoded
     fields = ("before_values", "after_values") if count == 2 else ("values",)
     return [tuple(tuple(r[f][n] for n in names) for f in fields) for r in event.rows]
+
+
+def _current_values(
+    conn: Any, table: str, key: list[MySqlColumn], column: MySqlColumn
+) -> Iterator[list[list[Any]]]:
+    """Every row's key values and ``column``'s value of ``table`` as the server holds them
+    now, as mirror values, in key order, a page at a time."""
+    database, _, name = table.partition(".")
+    keys = ", ".join(f"`{k.name}`" for k in key)
+    select = f"SELECT {keys}, `{column.name}` FROM `{database}`.`{name}`"
+    convert = [converter(c) for c in (*key, column)]
+    last: tuple[Any, ...] | None = None
+    with conn.cursor() as cur:
+        while True:
+            if last is None:
+                cur.execute(f"{select} ORDER BY {keys} LIMIT %s", (COPY_CHUNK_ROWS,))
+            else:
+                marks = ", ".join(["%s"] * len(key))
+                cur.execute(
+                    f"{select} WHERE ({keys}) > ({marks}) ORDER BY {keys} LIMIT %s",
+                    (*last, COPY_CHUNK_ROWS),
+                )
+            rows = list(cur.fetchall())
+            if not rows:
+                return
+            yield [
+                [None if v is None else c(v) for c, v in zip(convert, row, strict=True)]
+                for row in rows
+            ]
+            if len(rows) < COPY_CHUNK_ROWS:
+                return
+            last = tuple(rows[-1][: len(key)])

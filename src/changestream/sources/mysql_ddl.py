@@ -2,8 +2,9 @@
 
 Row events name a table's columns as they are at that event, so a column added later shows
 in the next row event. What they cannot show is a column dropped and added again under the
-same name (the server gives every row the new column's default, with no row event), or one
-renamed (every row keeps its value under the new name, with no row event). The statement in
+same name (the server gives every row the new column's default, with no row event), one
+renamed (every row keeps its value under the new name, with no row event), or one given another
+type (the server converts every row's value, with no row event). The statement in
 the binlog's query event says so, in the binlog's order; this module reads it with sqlglot.
 """
 
@@ -26,11 +27,11 @@ _ALTER = re.compile(r"\s*(?:/\*.*?\*/\s*)*ALTER\b", re.IGNORECASE | re.DOTALL)
 
 @dataclass(frozen=True, slots=True)
 class ColumnChange:
-    """A column of source table ``table`` (``database.table``) dropped, or renamed to
-    ``new_name``."""
+    """A column of source table ``table`` (``database.table``) dropped, renamed to
+    ``new_name``, or given a type (``retype``: the server converted every row's value)."""
 
     table: str
-    kind: Literal["drop", "rename"]
+    kind: Literal["drop", "rename", "retype"]
     column: str
     new_name: str = ""
 
@@ -62,8 +63,10 @@ def column_changes(statement: str, database: str) -> list[ColumnChange]:
             changes += [ColumnChange(table, "drop", c.name) for c in action.args["tables"]]
         elif isinstance(action, exp.RenameColumn):
             changes.append(ColumnChange(table, "rename", action.this.name, action.args["to"].name))
-        elif isinstance(action, exp.ModifyColumn) and action.args.get("rename_from") is not None:
-            old, new = action.args["rename_from"].name, action.this.name
+        elif isinstance(action, exp.ModifyColumn):
+            new = action.this.name
+            old = action.args["rename_from"].name if action.args.get("rename_from") else new
             if old != new:
                 changes.append(ColumnChange(table, "rename", old, new))
+            changes.append(ColumnChange(table, "retype", new))
     return changes
