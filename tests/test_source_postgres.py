@@ -533,6 +533,37 @@ def test_columns_renamed_or_dropped_and_added_again_are_followed(source_dsn: str
     assert len({source_of_tag(r.transaction_tag) for r in renamed}) == 1
 
 
+def test_columns_given_another_type_take_it_with_the_values_the_server_converted(
+    source_dsn: str, db: Any
+) -> None:
+    _execute(
+        source_dsn,
+        "INSERT INTO accounts (id, owner, active, balance) VALUES (1, 'ana', true, 10.25), "
+        "(2, 'bo', NULL, 20.75)",
+    )
+    add_source(db, "Bank", postgres=source_dsn)
+    run_source(db, "Bank", until_caught_up=True)
+    _execute(
+        source_dsn,
+        "ALTER TABLE accounts ALTER COLUMN active TYPE text",
+        "ALTER TABLE accounts ALTER COLUMN balance TYPE numeric(20,1)",  # the same mirror type
+        "ALTER TABLE accounts RENAME COLUMN owner TO holder",  # renamed only
+        "INSERT INTO accounts (id, holder, active) VALUES (3, 'cy', 'yes')",
+    )
+    run_source(db, "Bank", until_caught_up=True)
+    columns = ["id", "holder", "active", "balance"]
+    assert _mirror_rows(db, "public_accounts", columns) == _source_rows(
+        source_dsn, "accounts", columns
+    )
+    assert _mirror_rows(db, "public_accounts", columns) == [
+        (1, "ana", "true", decimal.Decimal("10.3")),
+        (2, "bo", None, decimal.Decimal("20.8")),
+        (3, "cy", "yes", None),
+    ]
+    (mirror,) = [t for t in db.tables() if t.name == "public_accounts"]
+    assert {c.name: str(c.type) for c in mirror.columns}["active"] == "STRING(MAX)"
+
+
 def test_a_role_that_may_not_create_the_event_trigger_gets_a_warning(
     source_dsn: str,
     postgres_server: PostgresServer,  # noqa: F811

@@ -276,23 +276,18 @@ class Mirror:
             for table in self._tables.values():
                 tx.delete(table.mirror, KeyRange(start_closed=(), end_closed=()))
 
-    def column_numbers(self) -> dict[str, dict[str, int]] | None:
-        """The numbers of the source tables' columns as of the source's position (see
-        :meth:`save_column_numbers`), or None when none were saved."""
+    def column_identities(self) -> dict[str, Any] | None:
+        """What the connector kept of which source column is which, as of the source's
+        position (see :meth:`save_column_identities`), or None when it kept nothing."""
         document = self._db.system_documents(COLUMNS_KIND).get(self._definition.name)
-        if document is None:
-            return None
-        return {
-            str(table): {str(column): int(n) for column, n in numbers.items()}
-            for table, numbers in document.body.items()
-        }
+        return None if document is None else dict(document.body)
 
-    def save_column_numbers(self, numbers: dict[str, dict[str, int]]) -> None:
-        """Keep the numbers of the source tables' columns (PostgreSQL's ``attnum``): saved
-        after the mirror followed the statement that changed them, so one read again after
-        a crash changes nothing twice."""
+    def save_column_identities(self, body: Mapping[str, Any]) -> None:
+        """Keep which source column is which (PostgreSQL: each column's number and type):
+        saved after the mirror followed the statement that changed them, so one read again
+        after a crash changes nothing twice."""
         with self._db.transaction(exclude_txn_from_change_streams=True) as tx:
-            tx.put_system_document(COLUMNS_KIND, self._definition.name, numbers)
+            tx.put_system_document(COLUMNS_KIND, self._definition.name, body)
 
     def save_position(self, position: SourcePosition) -> None:
         with self._db.transaction(exclude_txn_from_change_streams=True) as tx:

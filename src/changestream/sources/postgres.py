@@ -12,9 +12,11 @@ lost connection to the server ends the run with :class:`~changestream.errors.Una
 
 from __future__ import annotations
 
+import functools
 import select
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -58,8 +60,8 @@ class PostgresConnector(Connector):
     ) -> None:
         super().__init__(db, definition, position, progress)
         self._shapes = RowShapes()
-        #: Each table's column numbers as of where the connector has read.
-        self._numbers: dict[str, dict[str, int]] = {}
+        #: Each table's column identities as of where the connector has read.
+        self._identities: dict[str, dict[str, pg_columns.Identity]] = {}
 
     def _server_error(self) -> type[Exception]:
         return pg_catalog.server_error()
@@ -82,9 +84,12 @@ class PostgresConnector(Connector):
             copied = self._position is not None and self._position.state == "streaming"
             # As of where streaming starts: the copy's snapshot (about now), or where the
             # last run left off (a source of an earlier version kept none: now).
-            self._numbers = (self._mirror.column_numbers() if copied else None) or {
-                t: pg_columns.column_numbers(conn, t) for t in definition.tables
-            }
+            kept = self._mirror.column_identities() if copied else None
+            self._identities = (
+                pg_columns.from_json(kept)
+                if kept
+                else {t: pg_columns.identities(conn, t) for t in definition.tables}
+            )
             if not copied and not self._copy(conn, described, stop):
                 return self.summary  # stopped mid-copy: the next run resumes it
             marker = pg_catalog.emit_marker(conn) if until_caught_up else None
@@ -148,7 +153,7 @@ class PostgresConnector(Connector):
         if not whole:
             return False
         assert self._position is not None
-        self._mirror.save_column_numbers(self._numbers)
+        self._mirror.save_column_identities(self._identities)
         self._position = replace(self._position, state="streaming", progress={})
         self._mirror.save_position(self._position)
         self.summary.lsn = self._position.lsn
@@ -262,39 +267,51 @@ class PostgresConnector(Connector):
                             and begin is not None
                             and begin.final_lsn >= applied
                         ):
-                            changes = self._follow_numbers(decoded.content, begin, changes)
+                            changes = self._follow_columns(conn, decoded.content, begin, changes)
                     elif decoded is not None:
                         changes.extend(self._shapes.changes(decoded))
                 stream.send_feedback(flush_lsn=applied, force=True)
         finally:
             replication.close()
 
-    def _follow_numbers(
-        self, content: bytes, begin: Begin, changes: list[RowChange]
+    def _follow_columns(
+        self, conn: Any, content: bytes, begin: Begin, changes: list[RowChange]
     ) -> list[RowChange]:
-        """An ``ALTER TABLE`` of the source, with its table's column numbers after it: a
+        """An ``ALTER TABLE`` of the source, with its table's column identities after it: a
         column whose number is gone was dropped (so a column added again under its name is
         a new one, which the next relation message brings), one whose number has another
-        name was renamed (the mirror renames it, keeping its values). Returns the
-        transaction's ``changes`` so far in the table's new shape."""
-        table, numbers = pg_columns.read_message(content)
+        name was renamed (the mirror renames it, keeping its values), one whose type changed
+        holds converted values (the mirror takes the type and the values the source holds).
+        Returns the transaction's ``changes`` so far in the table's new shape."""
+        table, now = pg_columns.read_message(content)
         if table not in self._definition.tables:
             return changes
-        before = self._numbers.get(table, {})
-        names = {number: name for name, number in numbers.items()}
+        before = self._identities.get(table, {})
+        by_number = {identity[0]: name for name, identity in now.items()}
         tag = source_tag(self._definition.name, str(begin.xid), lsn_text(begin.final_lsn))
         renamed: dict[str, str | None] = {
-            name: names.get(number) for name, number in before.items()
+            name: by_number.get(identity[0]) for name, identity in before.items()
         }
-        renamed = {name: now for name, now in renamed.items() if now != name}
+        renamed = {old: new for old, new in renamed.items() if new != old}
         self._mirror.follow_statement(
             table,
-            [name for name, now in renamed.items() if now is None],
-            {name: now for name, now in renamed.items() if now is not None},
+            [old for old, new in renamed.items() if new is None],
+            {old: new for old, new in renamed.items() if new is not None},
             tag,
         )
-        self._numbers = {**self._numbers, table: numbers}
-        self._mirror.save_column_numbers(self._numbers)
+        retyped = [
+            (now_name, now[now_name])
+            for name, identity in before.items()
+            if (now_name := renamed.get(name, name)) is not None
+            and now[now_name][1:] != identity[1:]
+        ]
+        for name, (_, oid, _) in retyped:
+            ctype = pg_catalog.type_of(conn, oid, name, table)
+            mirrored = self._mirror.table(table)
+            pages = functools.partial(_current_values, conn, mirrored, name, ctype)
+            self._mirror.retype_column(table, name, ctype, pages, tag)
+        self._identities = {**self._identities, table: now}
+        self._mirror.save_column_identities(self._identities)
         return [
             _reshaped(change, renamed) if change.table == table else change for change in changes
         ]
@@ -333,3 +350,39 @@ def _reshaped(change: RowChange, renamed: dict[str, str | None]) -> RowChange:
         columns=tuple(str(column) for column, _ in kept),
         new=tuple(value for _, value in kept),
     )
+
+
+def _current_values(
+    conn: Any, mirrored: MirroredTable, column: str, ctype: ColumnType
+) -> Iterator[list[list[Any]]]:
+    """Every row's key values and ``column``'s value (as type ``ctype``) of source table
+    ``mirrored.source`` as the server holds them now, as mirror values, in key order, a page
+    at a time."""
+    key = mirrored.primary_key
+    types = [*(mirrored.types[mirrored.columns.index(k)] for k in key), ctype]
+    parsers = [parser(t) for t in types]
+    keys = ", ".join(f'source."{k}"' for k in key)
+    marks = ", ".join(["%s"] * len(key))
+    schema, _, name = mirrored.source.partition(".")
+    values = ", ".join(f'source."{n}"::text' for n in (*key, column))
+    select = f'SELECT {values} FROM "{schema}"."{name}" AS source'
+    last: tuple[Any, ...] | None = None
+    with conn.cursor() as cur:
+        while True:
+            if last is None:
+                cur.execute(f"{select} ORDER BY {keys} LIMIT %s", (COPY_CHUNK_ROWS,))
+            else:
+                cur.execute(
+                    f"{select} WHERE ({keys}) > ({marks}) ORDER BY {keys} LIMIT %s",
+                    (*last, COPY_CHUNK_ROWS),
+                )
+            rows = list(cur.fetchall())
+            if not rows:
+                return
+            yield [
+                [None if v is None else p(v) for p, v in zip(parsers, row, strict=True)]
+                for row in rows
+            ]
+            if len(rows) < COPY_CHUNK_ROWS:
+                return
+            last = tuple(rows[-1][: len(key)])
