@@ -158,3 +158,17 @@ def test_a_statement_swapping_column_names_swaps_the_values(
     m.follow_statement("public.t", ["big"], {"v": "big"}, "tag")  # drops first, then renames
     assert m.table("public.t").columns == ("id", "big")
     assert [list(r) for r in db.read("public_t")] == [[1, "v1"], [2, None]]
+
+
+def test_a_column_given_another_type_takes_the_values_read_and_a_key_only_its_own_type(
+    mirror: tuple[changestream.EmbeddedDatabase, Mirror],
+) -> None:
+    db, m = mirror
+    m.copy_rows("public.t", COLUMNS, [[1, "7", "b"], [2, "x", "b"]], SourcePosition("c", 1))
+    now = [[[1, 7], [2, None], [3, 9]]]  # row 3 is not in the mirror yet: left to its insert
+    m.retype_column("public.t", "v", ColumnType("INT64"), lambda: iter(now), "tag")
+    assert m.table("public.t").types[-1] == ColumnType("INT64")
+    assert [list(r) for r in db.read("public_t", None, ["id", "v"])] == [[1, 7], [2, None]]
+    m.retype_column("public.t", "id", ColumnType("INT64"), lambda: iter(()), "tag")  # BIGINT
+    with pytest.raises(changestream.FailedPrecondition, match="changed the type of key column"):
+        m.retype_column("public.t", "id", ColumnType("STRING"), lambda: iter(()), "tag")

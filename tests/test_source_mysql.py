@@ -396,6 +396,7 @@ def test_columns_given_another_type_take_it_with_the_values_the_server_converted
         source_dsn,
         "ALTER TABLE accounts MODIFY ratio varchar(9), MODIFY active varchar(5)",
         "ALTER TABLE accounts MODIFY balance decimal(20,1)",  # the same type, values rounded
+        "ALTER TABLE accounts MODIFY id int NOT NULL",  # the key keeps its mirrored type
         "ALTER TABLE accounts CHANGE owner holder varchar(40) NOT NULL",  # renamed only
         "INSERT INTO accounts (id, holder, ratio, active) VALUES (3, 'cy', 'five', 'yes')",
     )

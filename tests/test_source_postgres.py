@@ -547,6 +547,7 @@ def test_columns_given_another_type_take_it_with_the_values_the_server_converted
         source_dsn,
         "ALTER TABLE accounts ALTER COLUMN active TYPE text",
         "ALTER TABLE accounts ALTER COLUMN balance TYPE numeric(20,1)",  # the same mirror type
+        "ALTER TABLE accounts ALTER COLUMN id TYPE int",  # the key keeps its mirrored type
         "ALTER TABLE accounts RENAME COLUMN owner TO holder",  # renamed only
         "INSERT INTO accounts (id, holder, active) VALUES (3, 'cy', 'yes')",
     )

@@ -179,7 +179,11 @@ class Mirror:
         table = self._tables[source]
         if name not in table.columns:
             return
-        self._check_not_key(table, name, "changed the type of")
+        if name in table.primary_key:
+            # A key keeps its values when its mirrored type stays (INT to BIGINT, say).
+            if table.types[table.columns.index(name)] != ctype:
+                self._check_not_key(table, name, "changed the type of")
+            return
         if table.types[table.columns.index(name)] != ctype:
             self.drop_column(source, name)
             self._add_column(source, name, ctype)
