@@ -565,6 +565,52 @@ def test_columns_given_another_type_take_it_with_the_values_the_server_converted
     assert {c.name: str(c.type) for c in mirror.columns}["active"] == "STRING(MAX)"
 
 
+def test_the_event_trigger_never_stops_a_statement_and_reports_every_owners_tables(
+    source_dsn: str,
+    db: Any,
+    postgres_server: PostgresServer,  # noqa: F811
+) -> None:
+    """The trigger runs as the role that made it: a table owner who is no superuser alters
+    its table, and the source follows the rename. On a server without logical decoding (its
+    wal_level lowered after a source was added) the trigger writes nothing, and the ALTER
+    TABLE goes through."""
+    postgres_server.sql(
+        "DO $$ BEGIN CREATE ROLE owner_role LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; "
+        "END $$"
+    )
+    _execute(
+        source_dsn,
+        "INSERT INTO accounts (id, owner) VALUES (1, 'ana')",
+        "ALTER TABLE accounts OWNER TO owner_role",
+    )
+    add_source(db, "Bank", postgres=source_dsn)
+    run_source(db, "Bank", until_caught_up=True)
+    _execute(
+        source_dsn.replace("user=postgres", "user=owner_role"),
+        "ALTER TABLE accounts RENAME COLUMN owner TO holder",
+    )
+    run_source(db, "Bank", until_caught_up=True)
+    assert _mirror_rows(db, "public_accounts", ["id", "holder"]) == [(1, "ana")]
+    server = start_server(wal_level="replica")
+    try:
+        dsn = server.create_database("plain")
+        _execute(dsn, ACCOUNTS)
+        conn = _connect(dsn)
+        conn.autocommit = True
+        try:
+            assert pg_columns.ensure_trigger(conn)
+        finally:
+            conn.close()
+        _execute(
+            dsn,
+            "ALTER TABLE accounts ADD COLUMN note text",
+            "INSERT INTO accounts (id, owner, note) VALUES (1, 'ana', 'added')",
+        )
+        assert _source_rows(dsn, "accounts", ["id", "note"]) == [(1, "added")]
+    finally:
+        stop_server(server)
+
+
 def test_a_role_that_may_not_create_the_event_trigger_gets_a_warning(
     source_dsn: str,
     postgres_server: PostgresServer,  # noqa: F811

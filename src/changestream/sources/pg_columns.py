@@ -31,6 +31,11 @@ CREATE OR REPLACE FUNCTION {TRIGGER}() RETURNS event_trigger LANGUAGE plpgsql AS
 DECLARE
     relid oid;
 BEGIN
+    -- Never in the way of the statement: without logical decoding there is no message to
+    -- write, and a message that cannot be written is a warning.
+    IF current_setting('wal_level') <> 'logical' THEN
+        RETURN;
+    END IF;
     FOR relid IN
         SELECT DISTINCT objid FROM pg_event_trigger_ddl_commands()
         WHERE classid = 'pg_class'::regclass AND object_type IN ('table', 'table column')
@@ -50,6 +55,8 @@ BEGIN
             )
         )::text);
     END LOOP;
+EXCEPTION WHEN OTHERS THEN
+    RAISE WARNING '{TRIGGER}: %', SQLERRM;
 END $$
 """
 
