@@ -418,6 +418,43 @@ def test_columns_given_another_type_take_it_with_the_values_the_server_converted
     )
 
 
+def test_a_table_truncated_or_dropped_and_created_again_empties_its_mirror_first(
+    source_dsn: str, db: Any
+) -> None:
+    _execute(source_dsn, "INSERT INTO accounts (id, owner) VALUES (1, 'ana'), (2, 'bo')")
+    add_source(db, "Bank", mysql=source_dsn)
+    run_source(db, "Bank", until_caught_up=True)
+    database = _database(source_dsn)
+    _execute(
+        source_dsn,
+        "TRUNCATE TABLE accounts",
+        "INSERT INTO accounts (id, owner) VALUES (3, 'cy')",
+    )
+    run_source(db, "Bank", until_caught_up=True)
+    assert _mirror_rows(db, database, ["id", "owner"]) == [(3, "cy")]
+    _execute(
+        source_dsn,
+        "DROP TABLE accounts",
+        ACCOUNTS,
+        "INSERT INTO accounts (id, owner) VALUES (4, 'di')",
+    )
+    run_source(db, "Bank", until_caught_up=True)
+    assert _mirror_rows(db, database, ["id", "owner"]) == [(4, "di")]
+    deleted = [
+        mod.keys["id"]
+        for record in changestream.data_changes(
+            r
+            for partition in changestream.walk_partitions(
+                db, "Bank", min(p.start_timestamp for p in db.partition_history("Bank")), now_us()
+            )
+            for r in partition.records()
+        )
+        if record.mod_type == "DELETE"
+        for mod in record.mods
+    ]
+    assert sorted(deleted) == [1, 2, 3]  # in the change stream, for what follows it
+
+
 def test_runs_starting_while_the_table_is_altered_find_it(source_dsn: str, db: Any) -> None:
     """An ALTER TABLE that copies the table takes it out of the server's catalog for a moment:
     a run starting then looks again instead of stopping with "no table"."""

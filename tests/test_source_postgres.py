@@ -565,15 +565,14 @@ def test_columns_given_another_type_take_it_with_the_values_the_server_converted
     assert {c.name: str(c.type) for c in mirror.columns}["active"] == "STRING(MAX)"
 
 
-def test_the_event_trigger_never_stops_a_statement_and_reports_every_owners_tables(
+def test_the_event_trigger_follows_any_owner_and_lets_statements_through(
     source_dsn: str,
     db: Any,
     postgres_server: PostgresServer,  # noqa: F811
 ) -> None:
-    """The trigger runs as the role that made it: a table owner who is no superuser alters
-    its table, and the source follows the rename. On a server without logical decoding (its
-    wal_level lowered after a source was added) the trigger writes nothing, and the ALTER
-    TABLE goes through."""
+    """A table owner who is no superuser renames a column: the trigger reports it and the
+    source follows. On a server without logical decoding (its wal_level lowered after a
+    source was added) the trigger writes nothing, and the ALTER TABLE goes through."""
     postgres_server.sql(
         "DO $$ BEGIN CREATE ROLE owner_role LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; "
         "END $$"

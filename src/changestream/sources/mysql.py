@@ -25,7 +25,7 @@ from changestream.sources import binlog_rows, mysql_catalog
 from changestream.sources.connector import COPY_CHUNK_ROWS, Connector, Row
 from changestream.sources.definition import MirroredTable, SourceDefinition, SourcePosition
 from changestream.sources.mirror import RowChange, SourceTransaction
-from changestream.sources.mysql_ddl import column_changes
+from changestream.sources.mysql_ddl import column_changes, emptied_tables
 from changestream.sources.mysql_types import (
     Convert,
     MySqlColumn,
@@ -272,13 +272,19 @@ class MySqlConnector(Connector):
     def _follow_statement(
         self, conn: Any, event: Any, tx_id: str | None, log_file: str, offset: int
     ) -> None:
-        """A statement of the binlog: the mirror follows the columns it drops or renames in a
-        captured table, there in the binlog's order (row events alone cannot tell a column
-        dropped and added again, or renamed, from one left as it was)."""
+        """A statement of the binlog: the mirror follows the captured tables it empties and
+        the columns it drops, renames or gives a type, there in the binlog's order (row events
+        alone cannot tell a column dropped and added again, renamed or converted from one left
+        as it was)."""
         schema = event.schema.decode() if isinstance(event.schema, bytes) else str(event.schema)
         query = event.query.decode() if isinstance(event.query, bytes) else str(event.query)
         position = f"{log_file}:{offset}"
         tag = source_tag(self._definition.name, tx_id or position, position)
+        # TRUNCATE is logged as a statement whatever the binlog's format, and DROP TABLE has
+        # no row events either: their mirrors are emptied as one transaction, there.
+        emptied = [t for t in emptied_tables(query, schema) if t in self._columns]
+        if emptied:
+            self._commit(tx_id, offset, log_file, [RowChange(t, "truncate") for t in emptied])
         changes = column_changes(query, schema)
         for table in dict.fromkeys(c.table for c in changes):
             if table not in self._columns:

@@ -23,6 +23,8 @@ log = logging.getLogger("changestream.sources")
 #: ``ALTER``, after any comments (other statements are not parsed: BEGIN comes with every
 #: transaction).
 _ALTER = re.compile(r"\s*(?:/\*.*?\*/\s*)*ALTER\b", re.IGNORECASE | re.DOTALL)
+#: ``TRUNCATE`` or ``DROP``, after any comments.
+_EMPTYING = re.compile(r"\s*(?:/\*.*?\*/\s*)*(?:TRUNCATE|DROP)\b", re.IGNORECASE | re.DOTALL)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,3 +72,26 @@ def column_changes(statement: str, database: str) -> list[ColumnChange]:
                 changes.append(ColumnChange(table, "rename", old, new))
             changes.append(ColumnChange(table, "retype", new))
     return changes
+
+
+def emptied_tables(statement: str, database: str) -> list[str]:
+    """The tables (``database.table``) ``statement`` empties with no row event: ``TRUNCATE``
+    (logged as a statement whatever the binlog's format) and ``DROP TABLE`` (not of a
+    temporary table); ``database`` is the one it ran in."""
+    if not _EMPTYING.match(statement):
+        return []
+    try:
+        parsed = sqlglot.parse_one(statement, read="mysql")
+    except sqlglot.errors.ParseError:
+        return []
+    if isinstance(parsed, exp.TruncateTable):
+        tables = parsed.expressions
+    elif (
+        isinstance(parsed, exp.Drop)
+        and parsed.args.get("kind") == "TABLE"
+        and not parsed.args.get("temporary")
+    ):
+        tables = parsed.args.get("tables") or []
+    else:
+        return []
+    return [f"{t.db or database}.{t.name}" for t in tables if isinstance(t, exp.Table)]
