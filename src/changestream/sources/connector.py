@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from changestream.errors import Unavailable
@@ -23,6 +23,28 @@ log = logging.getLogger(__name__)
 COPY_CHUNK_ROWS = 5_000
 
 Row = Sequence[Any]
+
+
+def key_pages(cur: Any, select: str, keys: str, width: int) -> Iterator[list[Row]]:
+    """The rows of ``select`` (a query without WHERE) in the order of ``keys``, its key
+    columns, which are the first ``width`` values of each row: a page of
+    :data:`COPY_CHUNK_ROWS` at a time, each after the last key of the one before."""
+    marks = ", ".join(["%s"] * width)
+    last: tuple[Any, ...] | None = None
+    while True:
+        if last is None:
+            cur.execute(f"{select} ORDER BY {keys} LIMIT %s", (COPY_CHUNK_ROWS,))
+        else:
+            cur.execute(
+                f"{select} WHERE ({keys}) > ({marks}) ORDER BY {keys} LIMIT %s",
+                (*last, COPY_CHUNK_ROWS),
+            )
+        rows = list(cur.fetchall())
+        if rows:
+            yield rows
+        if len(rows) < COPY_CHUNK_ROWS:
+            return
+        last = tuple(rows[-1][:width])
 
 
 class Connector:

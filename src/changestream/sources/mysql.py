@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from changestream.errors import NotFound
 from changestream.sources import binlog_rows, mysql_catalog
-from changestream.sources.connector import COPY_CHUNK_ROWS, Connector, Row
+from changestream.sources.connector import COPY_CHUNK_ROWS, Connector, Row, key_pages
 from changestream.sources.definition import MirroredTable, SourceDefinition, SourcePosition
 from changestream.sources.mirror import RowChange, SourceTransaction
 from changestream.sources.mysql_ddl import column_changes, emptied_tables
@@ -421,24 +421,9 @@ def _current_values(
     keys = ", ".join(f"`{k.name}`" for k in key)
     select = f"SELECT {keys}, `{column.name}` FROM `{database}`.`{name}`"
     convert = [converter(c) for c in (*key, column)]
-    last: tuple[Any, ...] | None = None
     with conn.cursor() as cur:
-        while True:
-            if last is None:
-                cur.execute(f"{select} ORDER BY {keys} LIMIT %s", (COPY_CHUNK_ROWS,))
-            else:
-                marks = ", ".join(["%s"] * len(key))
-                cur.execute(
-                    f"{select} WHERE ({keys}) > ({marks}) ORDER BY {keys} LIMIT %s",
-                    (*last, COPY_CHUNK_ROWS),
-                )
-            rows = list(cur.fetchall())
-            if not rows:
-                return
+        for rows in key_pages(cur, select, keys, len(key)):
             yield [
                 [None if v is None else c(v) for c, v in zip(convert, row, strict=True)]
                 for row in rows
             ]
-            if len(rows) < COPY_CHUNK_ROWS:
-                return
-            last = tuple(rows[-1][: len(key)])

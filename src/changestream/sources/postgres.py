@@ -21,7 +21,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from changestream.sources import pg_catalog, pg_columns
-from changestream.sources.connector import COPY_CHUNK_ROWS, Connector, Row
+from changestream.sources.connector import COPY_CHUNK_ROWS, Connector, Row, key_pages
 from changestream.sources.definition import MirroredTable, SourceDefinition, SourcePosition
 from changestream.sources.mirror import RowChange, SourceTransaction
 from changestream.sources.pg_catalog import MARKER_PREFIX
@@ -361,28 +361,14 @@ def _current_values(
     key = mirrored.primary_key
     types = [*(mirrored.types[mirrored.columns.index(k)] for k in key), ctype]
     parsers = [parser(t) for t in types]
+    # Qualified: a bare name in ORDER BY would be the text output column of that name.
     keys = ", ".join(f'source."{k}"' for k in key)
-    marks = ", ".join(["%s"] * len(key))
     schema, _, name = mirrored.source.partition(".")
     values = ", ".join(f'source."{n}"::text' for n in (*key, column))
     select = f'SELECT {values} FROM "{schema}"."{name}" AS source'
-    last: tuple[Any, ...] | None = None
     with conn.cursor() as cur:
-        while True:
-            if last is None:
-                cur.execute(f"{select} ORDER BY {keys} LIMIT %s", (COPY_CHUNK_ROWS,))
-            else:
-                cur.execute(
-                    f"{select} WHERE ({keys}) > ({marks}) ORDER BY {keys} LIMIT %s",
-                    (*last, COPY_CHUNK_ROWS),
-                )
-            rows = list(cur.fetchall())
-            if not rows:
-                return
+        for rows in key_pages(cur, select, keys, len(key)):
             yield [
                 [None if v is None else p(v) for p, v in zip(parsers, row, strict=True)]
                 for row in rows
             ]
-            if len(rows) < COPY_CHUNK_ROWS:
-                return
-            last = tuple(rows[-1][: len(key)])
