@@ -39,9 +39,9 @@ class ColumnChange:
 
 
 def column_changes(statement: str, database: str) -> list[ColumnChange]:
-    """The drops and renames of columns ``statement`` makes, in its order; ``database`` is the
-    one the statement ran in (for a table it does not qualify). Anything but ``ALTER TABLE``
-    makes none, and so does a statement sqlglot cannot read (logged)."""
+    """The drops, renames and new types of columns ``statement`` makes, in its order;
+    ``database`` is the one the statement ran in (for a table it does not qualify). Anything
+    but ``ALTER TABLE`` makes none, and so does a statement sqlglot cannot read (logged)."""
     if not _ALTER.match(statement):
         return []
     try:
@@ -50,8 +50,8 @@ def column_changes(statement: str, database: str) -> list[ColumnChange]:
         parsed = None
     if parsed is None or isinstance(parsed, exp.Command):
         log.warning(
-            "could not read the source's statement %r: a column it drops and adds again, or "
-            "renames, is not followed (columns are followed by name)",
+            "could not read the source's statement %r: a column it drops and adds again, "
+            "renames or gives a type is not followed (columns are followed by name)",
             statement[:200],
         )
         return []

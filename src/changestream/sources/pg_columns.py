@@ -80,8 +80,8 @@ def ensure_trigger(conn: Any) -> bool:
                 raise
             log.warning(
                 "the source's role may not create the event trigger %s (it takes a "
-                "superuser): a column renamed, or dropped and added again under the same "
-                "name, is not followed (%s)",
+                "superuser): a column renamed, dropped and added again under the same name, "
+                "or given another type is not followed (%s)",
                 TRIGGER,
                 str(exc).strip(),
             )

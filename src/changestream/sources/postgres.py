@@ -261,7 +261,7 @@ class PostgresConnector(Connector):
                         if decoded.prefix == MARKER_PREFIX and decoded.content == marker:
                             break
                         # Of a transaction not applied yet (one applied is read again when
-                        # the slot resends it; the numbers kept are already past it).
+                        # the slot resends it; the identities kept are already past it).
                         if (
                             decoded.prefix == pg_columns.COLUMNS_PREFIX
                             and begin is not None
