@@ -11,7 +11,7 @@ from changestream.errors import InvalidArgument
 from changestream.types import ColumnType
 
 #: The system document kinds: one definition and one position per source, and (PostgreSQL)
-#: the column numbers of its tables as of where it has read (see ``sources.pg_columns``).
+#: its tables' column numbers and types as of where it has read (see ``sources.pg_columns``).
 DEFINITION_KIND = "source"
 POSITION_KIND = "source-position"
 COLUMNS_KIND = "source-columns"
