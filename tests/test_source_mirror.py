@@ -1,6 +1,8 @@
-"""The mirror's idempotent replay (a resumed copy's overlap), on a real database file: inserts
-and whole-row updates become upserts, and a partial update (a PostgreSQL unchanged TOASTed
-value left out) of a row the copy did not find is skipped, unless this transaction wrote it."""
+"""The mirror, on a real database file: its idempotent replay (a resumed copy's overlap:
+inserts and whole-row updates become upserts, and a partial update, a PostgreSQL unchanged
+TOASTed value left out, of a row the copy did not find is skipped, unless this transaction
+wrote it); columns renamed, swapped and given a type, also after a crash half-way; and what
+a MySQL statement of the binlog does to a table's columns and rows."""
 
 from __future__ import annotations
 
@@ -120,7 +122,7 @@ def test_a_renamed_column_keeps_every_value_page_by_page_and_is_renamed_once(
         ("CREATE TABLE t (a int)", []),
     ],
 )
-def test_the_columns_a_mysql_statement_drops_or_renames(
+def test_the_columns_a_mysql_statement_drops_renames_or_gives_a_type(
     statement: str, expected: list[tuple[str, str, str, str]]
 ) -> None:
     assert [astuple(c) for c in column_changes(statement, "d")] == expected
