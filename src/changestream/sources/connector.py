@@ -25,26 +25,31 @@ COPY_CHUNK_ROWS = 5_000
 Row = Sequence[Any]
 
 
+def key_page(cur: Any, select: str, keys: str, after: Sequence[Any] | None) -> list[Row]:
+    """Up to :data:`COPY_CHUNK_ROWS` rows of ``select`` (a query without WHERE) in the order
+    of ``keys``, its key columns: from the first, or after the key values ``after``."""
+    if after is None:
+        cur.execute(f"{select} ORDER BY {keys} LIMIT %s", (COPY_CHUNK_ROWS,))
+    else:
+        marks = ", ".join(["%s"] * len(after))
+        cur.execute(
+            f"{select} WHERE ({keys}) > ({marks}) ORDER BY {keys} LIMIT %s",
+            (*after, COPY_CHUNK_ROWS),
+        )
+    return list(cur.fetchall())
+
+
 def key_pages(cur: Any, select: str, keys: str, width: int) -> Iterator[list[Row]]:
-    """The rows of ``select`` (a query without WHERE) in the order of ``keys``, its key
-    columns, which are the first ``width`` values of each row: a page of
-    :data:`COPY_CHUNK_ROWS` at a time, each after the last key of the one before."""
-    marks = ", ".join(["%s"] * width)
-    last: tuple[Any, ...] | None = None
+    """Every row of ``select`` in the order of ``keys``, which are the first ``width`` values
+    of each row, a :func:`key_page` at a time."""
+    after: tuple[Any, ...] | None = None
     while True:
-        if last is None:
-            cur.execute(f"{select} ORDER BY {keys} LIMIT %s", (COPY_CHUNK_ROWS,))
-        else:
-            cur.execute(
-                f"{select} WHERE ({keys}) > ({marks}) ORDER BY {keys} LIMIT %s",
-                (*last, COPY_CHUNK_ROWS),
-            )
-        rows = list(cur.fetchall())
+        rows = key_page(cur, select, keys, after)
         if rows:
             yield rows
         if len(rows) < COPY_CHUNK_ROWS:
             return
-        last = tuple(rows[-1][:width])
+        after = tuple(rows[-1][:width])
 
 
 class Connector:

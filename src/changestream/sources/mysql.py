@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from changestream.errors import NotFound
 from changestream.sources import binlog_rows, mysql_catalog
-from changestream.sources.connector import COPY_CHUNK_ROWS, Connector, Row, key_pages
+from changestream.sources.connector import Connector, Row, key_page, key_pages
 from changestream.sources.definition import MirroredTable, SourceDefinition, SourcePosition
 from changestream.sources.mirror import RowChange, SourceTransaction
 from changestream.sources.mysql_ddl import column_changes, emptied_tables
@@ -155,21 +155,13 @@ class MySqlConnector(Connector):
         key = self._mirror.table(table).primary_key
         at = [names.index(k) for k in key]
         keys = ", ".join(f"`{k}`" for k in key)
-        marks = ", ".join(["%s"] * len(key))
         database, _, name = table.partition(".")
         select = f"SELECT {', '.join(f'`{n}`' for n in names)} FROM `{database}`.`{name}`"
         with snap.cursor() as cur:
 
             def fetch(last: Any) -> list[Row]:
-                if last is None:
-                    cur.execute(f"{select} ORDER BY {keys} LIMIT %s", (COPY_CHUNK_ROWS,))
-                else:
-                    params = [_key_param(v) for v in last]
-                    cur.execute(
-                        f"{select} WHERE ({keys}) > ({marks}) ORDER BY {keys} LIMIT %s",
-                        (*params, COPY_CHUNK_ROWS),
-                    )
-                return list(cur.fetchall())
+                after = None if last is None else [_key_param(v) for v in last]
+                return key_page(cur, select, keys, after)
 
             return self._copy_chunks(
                 table,

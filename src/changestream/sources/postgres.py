@@ -21,7 +21,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from changestream.sources import pg_catalog, pg_columns
-from changestream.sources.connector import COPY_CHUNK_ROWS, Connector, Row, key_pages
+from changestream.sources.connector import Connector, key_page, key_pages
 from changestream.sources.definition import MirroredTable, SourceDefinition, SourcePosition
 from changestream.sources.mirror import RowChange, SourceTransaction
 from changestream.sources.pg_catalog import MARKER_PREFIX
@@ -169,25 +169,13 @@ class PostgresConnector(Connector):
         # Qualified: a bare name in ORDER BY would be the text output column of that name.
         keys = ", ".join(f'source."{k}"' for k in mirrored.primary_key)
         at = [mirrored.columns.index(k) for k in mirrored.primary_key]
-        marks = ", ".join(["%s"] * len(at))
         schema, _, name = table.partition(".")
         select = f'SELECT {columns} FROM "{schema}"."{name}" AS source'
         with snap.cursor() as cur:
-
-            def fetch(last: Any) -> list[Row]:
-                if last is None:
-                    cur.execute(f"{select} ORDER BY {keys} LIMIT %s", (COPY_CHUNK_ROWS,))
-                else:
-                    cur.execute(
-                        f"{select} WHERE ({keys}) > ({marks}) ORDER BY {keys} LIMIT %s",
-                        (*last, COPY_CHUNK_ROWS),
-                    )
-                return list(cur.fetchall())
-
             return self._copy_chunks(
                 table,
                 mirrored.columns,
-                fetch,
+                lambda last: key_page(cur, select, keys, last),
                 lambda row: [
                     None if v is None else p(v) for p, v in zip(parsers, row, strict=True)
                 ],
