@@ -533,6 +533,178 @@ def test_columns_renamed_or_dropped_and_added_again_are_followed(source_dsn: str
     assert len({source_of_tag(r.transaction_tag) for r in renamed}) == 1
 
 
+def _deleted_keys(db: changestream.EmbeddedDatabase) -> list[int]:
+    """The keys of the rows the source's change stream says were deleted, in commit order."""
+    start = min(p.start_timestamp for p in db.partition_history("Bank"))
+    return [
+        mod.keys["id"]
+        for partition in changestream.walk_partitions(db, "Bank", start, now_us())
+        for record in changestream.data_changes(partition.records())
+        if record.mod_type == "DELETE"
+        for mod in record.mods
+    ]
+
+
+def test_a_table_dropped_and_created_again_is_copied_again(source_dsn: str, db: Any) -> None:
+    """A table dropped and created again under its name is another table, which the
+    publication lost with the drop: without this, the mirror kept the old rows and never got
+    the new ones. The drop empties the mirror (its rows' deletions reach the change stream);
+    the new table is published and copied, whether the connector was stopped meanwhile or
+    runs, with what was written and altered in it before the connector saw it; a table the
+    publication lost is published and copied again too."""
+    table = "CREATE TABLE accounts (id bigint PRIMARY KEY, owner text NOT NULL, score int)"
+    _execute(source_dsn, "INSERT INTO accounts (id, owner) VALUES (1, 'ana'), (2, 'bo')")
+    add_source(db, "Bank", postgres=source_dsn)
+    run_source(db, "Bank", until_caught_up=True)
+    _execute(source_dsn, "DROP TABLE accounts")
+    _execute(source_dsn, table, "INSERT INTO accounts VALUES (3, 'cy', 30), (4, 'di', 40)")
+    _execute(source_dsn, "ALTER TABLE accounts RENAME COLUMN score TO points")
+    _execute(source_dsn, "UPDATE accounts SET points = 41 WHERE id = 4")
+    run_source(db, "Bank", until_caught_up=True)
+    columns = ["id", "owner", "points"]
+    assert _mirror_rows(db, "public_accounts", columns) == [(3, "cy", 30), (4, "di", 41)]
+    assert sorted(_deleted_keys(db)) == [1, 2]
+    _execute(source_dsn, "ALTER PUBLICATION changestream_bank DROP TABLE accounts")
+    _execute(source_dsn, "INSERT INTO accounts VALUES (5, 'ed', 50)")
+    run_source(db, "Bank", until_caught_up=True)
+    assert _mirror_rows(db, "public_accounts", columns) == _source_rows(
+        source_dsn, "accounts", columns
+    )
+    assert len(_mirror_rows(db, "public_accounts", columns)) == 3
+    # (Copied again as the table made anew it may be: its rows deleted, then inserted.)
+    assert sorted(_deleted_keys(db)) == [1, 2, 3, 4]
+    table = table.replace("score", "points")
+    stop = threading.Event()
+    runner = threading.Thread(target=run_source, args=(db, "Bank"), kwargs={"stop": stop})
+    runner.start()
+    try:
+        # In one transaction, with rows changed before the drop and written after the create.
+        _execute(
+            source_dsn,
+            "UPDATE accounts SET points = 0",
+            "DROP TABLE accounts",
+            table,
+            "INSERT INTO accounts VALUES (6, 'fa', 60)",
+        )
+        _execute(source_dsn, "INSERT INTO accounts VALUES (7, 'gu', 70)")
+        wait_while_running(
+            lambda: [r[0] for r in _mirror_rows(db, "public_accounts", columns)] == [6, 7],
+            runner,
+        )
+        # In transactions of their own, with writes the connector reads before it copies.
+        _execute(source_dsn, "DROP TABLE accounts")
+        _execute(source_dsn, table)
+        for key in range(8, 12):
+            _execute(source_dsn, f"INSERT INTO accounts VALUES ({key}, 'ho', {key})")
+        _execute(source_dsn, "UPDATE accounts SET points = 81 WHERE id = 8")
+        _execute(source_dsn, "DELETE FROM accounts WHERE id = 9")
+        wait_while_running(
+            lambda: (
+                _mirror_rows(db, "public_accounts", columns)
+                == [(8, "ho", 81), (10, "ho", 10), (11, "ho", 11)]
+            ),
+            runner,
+        )
+    finally:
+        stop.set()
+        runner.join(timeout=60)
+    assert not runner.is_alive()
+    assert _mirror_rows(db, "public_accounts", columns) == _source_rows(
+        source_dsn, "accounts", columns
+    )
+    # Each drop deleted what the mirror held; the rows of the table there now never were.
+    deleted = _deleted_keys(db)
+    assert {3, 4, 5, 6, 7} <= set(deleted) and not {8, 10, 11} & set(deleted)
+
+
+def test_the_table_of_a_captured_name_is_followed_through_renames(source_dsn: str, db: Any) -> None:
+    """A source captures a table by its name. A migration that fills a new table and swaps
+    it in by renames leaves the mirror equal to the table of that name, not to the one
+    renamed away (whose later changes are not the mirror's), whether the connector runs or
+    was stopped meanwhile."""
+    _execute(source_dsn, "INSERT INTO accounts (id, owner) VALUES (1, 'ana'), (2, 'bo')")
+    add_source(db, "Bank", postgres=source_dsn)
+    run_source(db, "Bank", until_caught_up=True)
+    columns = ["id", "owner"]
+    stop = threading.Event()
+    runner = threading.Thread(target=run_source, args=(db, "Bank"), kwargs={"stop": stop})
+    runner.start()
+    try:
+        _execute(
+            source_dsn,
+            ACCOUNTS.replace("accounts", "accounts_new"),
+            "INSERT INTO accounts_new (id, owner) SELECT id, owner || '!' FROM accounts",
+        )
+        _execute(
+            source_dsn,
+            "ALTER TABLE accounts RENAME TO accounts_old",
+            "ALTER TABLE accounts_new RENAME TO accounts",
+        )
+        _execute(source_dsn, "INSERT INTO accounts (id, owner) VALUES (3, 'cy')")
+        _execute(source_dsn, "UPDATE accounts_old SET owner = 'old'")
+        _execute(source_dsn, "INSERT INTO accounts (id, owner) VALUES (4, 'di')")
+        wait_while_running(lambda: len(_mirror_rows(db, "public_accounts", columns)) == 4, runner)
+    finally:
+        stop.set()
+        runner.join(timeout=60)
+    assert not runner.is_alive()
+    assert _mirror_rows(db, "public_accounts", columns) == [
+        (1, "ana!"),
+        (2, "bo!"),
+        (3, "cy"),
+        (4, "di"),
+    ]
+    _execute(
+        source_dsn,
+        "ALTER TABLE accounts RENAME TO accounts_newer",
+        "ALTER TABLE accounts_old RENAME TO accounts",
+    )
+    _execute(source_dsn, "UPDATE accounts_newer SET owner = 'newer'")
+    run_source(db, "Bank", until_caught_up=True)
+    assert _mirror_rows(db, "public_accounts", columns) == [(1, "old"), (2, "old")]
+
+
+def _made_again_and_again(dsn: str, times: int, rows: int) -> None:
+    """Drop the table and make it again ``times`` times, each time with ``rows`` rows
+    written in transactions of 1,000, and some updated and deleted."""
+    for time_ in range(times):
+        _execute(dsn, "DROP TABLE accounts", ACCOUNTS)
+        for first in range(0, rows, 1000):
+            _execute(
+                dsn,
+                "INSERT INTO accounts (id, owner) SELECT g, 'made "
+                f"{time_}' FROM generate_series({first}, {first + 999}) AS g",
+            )
+        _execute(dsn, f"UPDATE accounts SET active = true WHERE id % 7 = {time_ % 7}")
+        _execute(dsn, f"DELETE FROM accounts WHERE id % 11 = {time_ % 11}")
+        time.sleep(0.5)
+
+
+def test_a_connector_killed_while_tables_are_made_again_loses_nothing(
+    source_dsn: str, tmp_path: Path
+) -> None:
+    """SIGKILL at random moments while the table is dropped and made again with 12,000 rows
+    (each copy again takes several pages): the mirror ends equal to the source."""
+    path = str(tmp_path / "killed.db")
+    with changestream.open(path) as db:
+        add_source(db, "Bank", postgres=source_dsn)
+        run_source(db, "Bank", until_caught_up=True)
+    writer = Writer(_made_again_and_again, source_dsn, 6, 12_000)
+    writer.start()
+    kills = kill_while_writing(path, writer, at_least=10)
+    writer.join()
+    with changestream.open(path) as db:
+        _wait_for_slot_release(source_dsn)
+        run_source(db, "Bank", until_caught_up=True)
+        columns = ["id", "owner", "active"]
+        mirror = _mirror_rows(db, "public_accounts", columns)
+    source = _source_rows(source_dsn, "accounts", columns)
+    assert kills >= 10
+    assert len(mirror) > 10_000
+    missing, extra = sorted(set(source) - set(mirror)), sorted(set(mirror) - set(source))
+    assert mirror == source, f"missing {missing[:10]} ({len(missing)}), extra {extra[:10]}"
+
+
 def test_columns_given_another_type_take_it_with_the_values_the_server_converted(
     source_dsn: str, db: Any
 ) -> None:
@@ -631,6 +803,28 @@ def test_a_role_that_may_not_create_the_event_trigger_gets_a_warning(
     try:
         assert pg_columns.ensure_trigger(superuser)
         assert pg_columns.ensure_trigger(superuser)  # there already
+        # An earlier version's trigger (after ALTER TABLE alone, no drop trigger) is replaced.
+        with superuser.cursor() as cur:
+            cur.execute("DROP EVENT TRIGGER changestream_columns")
+            cur.execute("DROP EVENT TRIGGER changestream_dropped")
+            cur.execute(
+                "CREATE EVENT TRIGGER changestream_columns ON ddl_command_end "
+                "WHEN TAG IN ('ALTER TABLE') EXECUTE FUNCTION changestream_columns()"
+            )
+        assert pg_columns.ensure_trigger(superuser)
+        with superuser.cursor() as cur:
+            cur.execute(
+                "SELECT evtname, evtevent, evttags FROM pg_event_trigger "
+                "WHERE evtname LIKE 'changestream%' ORDER BY evtname"
+            )
+            assert cur.fetchall() == [
+                (
+                    "changestream_columns",
+                    "ddl_command_end",
+                    ["ALTER TABLE", "CREATE TABLE", "CREATE TABLE AS", "SELECT INTO"],
+                ),
+                ("changestream_dropped", "sql_drop", None),
+            ]
     finally:
         superuser.close()
 

@@ -274,6 +274,28 @@ class Mirror:
             tx.insert(table.mirror, list(columns), [list(r) for r in rows])
             tx.put_system_document(POSITION_KIND, self._definition.name, position.to_json())
 
+    def empty(self, source: str, tag: str) -> None:
+        """The source dropped table ``source``: its mirror's rows are deleted in one
+        transaction tagged ``tag`` (the deletions reach the change stream)."""
+        with self._db.transaction(tag=tag) as tx:
+            tx.delete(self._tables[source].mirror, KeyRange(start_closed=(), end_closed=()))
+
+    def replace_rows(
+        self,
+        source: str,
+        columns: Sequence[str],
+        pages: Iterable[Sequence[Sequence[Any]]],
+        tag: str,
+    ) -> None:
+        """Source table ``source`` is a table made anew: its mirror is emptied, then gets the
+        rows of ``pages``, a transaction tagged ``tag`` a page (changes, unlike the initial
+        copy's rows: whatever follows the stream lost the old rows and gains these)."""
+        self.empty(source, tag)
+        mirror = self._tables[source].mirror
+        for rows in pages:
+            with self._db.transaction(tag=tag) as tx:
+                tx.insert(mirror, list(columns), [list(r) for r in rows])
+
     def clear(self) -> None:
         """Empty every mirror table (a copy that must start again)."""
         with self._db.transaction(exclude_txn_from_change_streams=True) as tx:

@@ -13,6 +13,7 @@ from changestream.errors import FailedPrecondition, InvalidArgument, NotFound, U
 from changestream.retry import retrying
 from changestream.sources.definition import MirroredTable
 from changestream.sources.pg_types import PgColumn, column_type
+from changestream.sources.pgoutput import parse_lsn
 from changestream.types import ColumnType
 
 log = logging.getLogger(__name__)
@@ -206,12 +207,8 @@ def existing_rows_value(conn: Any, table: str, column: str) -> str | None:
 
 def ensure_publication(conn: Any, publication: str, tables: tuple[str, ...]) -> None:
     """Create the publication for ``tables`` unless it exists (then it must cover them)."""
+    covered = published_tables(conn, publication)
     with conn.cursor() as cur:
-        cur.execute(
-            "SELECT schemaname || '.' || tablename FROM pg_publication_tables WHERE pubname = %s",
-            (publication,),
-        )
-        covered = {name for (name,) in cur.fetchall()}
         cur.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (publication,))
         exists = cur.fetchone() is not None
         if exists:
@@ -221,9 +218,52 @@ def ensure_publication(conn: Any, publication: str, tables: tuple[str, ...]) -> 
                     f"publication {publication} exists but does not publish {', '.join(missing)}"
                 )
             return
-        listed = ", ".join(f'"{s}"."{t}"' for s, _, t in (n.partition(".") for n in tables))
+        listed = ", ".join(_quoted(t) for t in tables)
         cur.execute(f"CREATE PUBLICATION {publication} FOR TABLE {listed}")
     conn.commit()
+
+
+def published_tables(conn: Any, publication: str) -> set[str]:
+    """The tables (``schema.table``) ``publication`` publishes now."""
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT schemaname || '.' || tablename FROM pg_publication_tables WHERE pubname = %s",
+            (publication,),
+        )
+        return {name for (name,) in cur.fetchall()}
+
+
+def publish(conn: Any, publication: str, table: str) -> None:
+    """Add ``table`` to ``publication`` unless it publishes it (a table dropped and created
+    again left it). ``conn`` is in autocommit.
+
+    No transaction writes the table while the publication changes: logical decoding sends
+    the changes of one that wrote it across the change only from where the change committed
+    (the first rows of an UPDATE went missing that way)."""
+    if table in published_tables(conn, publication):
+        return
+    with conn.cursor() as cur:
+        cur.execute("BEGIN")
+        try:
+            cur.execute(f"LOCK TABLE {_quoted(table)} IN SHARE MODE")
+            cur.execute(f"ALTER PUBLICATION {publication} ADD TABLE {_quoted(table)}")
+        except BaseException:
+            cur.execute("ROLLBACK")
+            raise
+        cur.execute("COMMIT")
+
+
+def current_lsn(conn: Any) -> int:
+    """The server's WAL position now."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT pg_current_wal_lsn()::text")
+        (lsn,) = cur.fetchone()
+    return parse_lsn(lsn)
+
+
+def _quoted(table: str) -> str:
+    schema, _, name = table.partition(".")
+    return f'"{schema}"."{name}"'
 
 
 def lock_source(conn: Any, slot: str) -> None:

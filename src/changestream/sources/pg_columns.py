@@ -1,5 +1,6 @@
-"""Which PostgreSQL column is which: the number (``attnum``) and type of a table's columns,
-and an event trigger that writes them into the WAL after every ``ALTER TABLE``.
+"""Which PostgreSQL column and table is which: the number (``attnum``) and type of a table's
+columns, a table's oid, and event triggers that write them into the WAL after every ``ALTER
+TABLE`` or ``CREATE TABLE`` and every dropped table.
 
 Logical decoding sends no DDL, and a relation message names a table's columns and their types
 only. So a column renamed looks like one dropped and another added, and a column dropped and
@@ -8,28 +9,42 @@ row without a row change (a renamed column keeps its values, a re-added one read
 default, one given another type holds converted values). A column's number tells them apart:
 a rename keeps it, a column added gets a new one. The trigger's message comes in the DDL's own
 transaction, so in the WAL's order.
+
+A table dropped and created again under its name is another table (another oid): a publication
+``FOR TABLE`` lost it with the drop, so its rows would no longer come, and nothing in the
+stream says the old rows are gone. The drop's message and the new table's oid tell the
+connector both.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
 log = logging.getLogger("changestream.sources")
 
-#: The prefix of the trigger's messages; their content is ``{"table": "schema.table",
-#: "columns": [[attnum, name, type oid, type modifier], ...]}``, the table's columns after the
-#: statement.
+#: The prefix of the columns trigger's messages; their content is ``{"table":
+#: "schema.table", "oid": oid, "created": bool, "columns": [[attnum, name, type oid, type
+#: modifier], ...]}``, the table's columns after the statement (``created``: a statement that
+#: made the table).
 COLUMNS_PREFIX = "changestream.columns"
-#: The event trigger and its function, one per server database (shared by its sources).
+#: The prefix of the drop trigger's messages: ``{"tables": [["schema.table", oid], ...]}``.
+DROPPED_PREFIX = "changestream.dropped"
+#: The event triggers (each with its function of the same name), one per server database
+#: (shared by its sources).
 TRIGGER = "changestream_columns"
+DROP_TRIGGER = "changestream_dropped"
+#: The statements after which the columns trigger tells a table's columns.
+_COLUMNS_TAGS = ("ALTER TABLE", "CREATE TABLE", "CREATE TABLE AS", "SELECT INTO")
 
 _FUNCTION = f"""
 CREATE OR REPLACE FUNCTION {TRIGGER}() RETURNS event_trigger LANGUAGE plpgsql AS $$
 DECLARE
-    relid oid;
+    command record;
 BEGIN
     -- Without logical decoding there is nothing to tell. (No EXCEPTION block: with one, a
     -- transaction that dropped and added a column, then inserted a row, left the mirror
@@ -37,56 +52,96 @@ BEGIN
     IF current_setting('wal_level') <> 'logical' THEN
         RETURN;
     END IF;
-    FOR relid IN
-        SELECT DISTINCT objid FROM pg_event_trigger_ddl_commands()
+    FOR command IN
+        SELECT objid AS relid, bool_or(command_tag <> 'ALTER TABLE') AS created
+        FROM pg_event_trigger_ddl_commands()
         WHERE classid = 'pg_class'::regclass AND object_type IN ('table', 'table column')
+        GROUP BY objid
     LOOP
         PERFORM pg_logical_emit_message(true, '{COLUMNS_PREFIX}', json_build_object(
             'table', (
                 SELECT n.nspname || '.' || c.relname FROM pg_class c
-                JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = relid
+                JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = command.relid
             ),
+            'oid', command.relid,
+            'created', command.created,
             'columns', (
                 SELECT json_agg(
                     json_build_array(a.attnum, a.attname, a.atttypid, a.atttypmod)
                     ORDER BY a.attnum
                 )
                 FROM pg_attribute a
-                WHERE a.attrelid = relid AND a.attnum > 0 AND NOT a.attisdropped
+                WHERE a.attrelid = command.relid AND a.attnum > 0 AND NOT a.attisdropped
             )
         )::text);
     END LOOP;
 END $$
 """
 
+_DROP_FUNCTION = f"""
+CREATE OR REPLACE FUNCTION {DROP_TRIGGER}() RETURNS event_trigger LANGUAGE plpgsql AS $$
+DECLARE
+    dropped json;
+BEGIN
+    IF current_setting('wal_level') <> 'logical' THEN
+        RETURN;
+    END IF;
+    SELECT json_agg(json_build_array(schema_name || '.' || object_name, objid)) INTO dropped
+    FROM pg_event_trigger_dropped_objects()
+    WHERE object_type = 'table' AND NOT is_temporary;
+    IF dropped IS NOT NULL THEN
+        PERFORM pg_logical_emit_message(
+            true, '{DROPPED_PREFIX}', json_build_object('tables', dropped)::text
+        );
+    END IF;
+END $$
+"""
+
+#: Each trigger: its event, the statements it fires after (None: all) and its function.
+_TRIGGERS: Mapping[str, tuple[str, tuple[str, ...] | None, str]] = {
+    TRIGGER: ("ddl_command_end", _COLUMNS_TAGS, _FUNCTION),
+    DROP_TRIGGER: ("sql_drop", None, _DROP_FUNCTION),
+}
+
 
 def ensure_trigger(conn: Any) -> bool:
-    """Install the event trigger unless the server database has it; False, with a warning,
-    when this role may not (event triggers take a superuser). ``conn`` is in autocommit."""
+    """Install the event triggers unless the server database has them as this version makes
+    them; False, with a warning, when this role may not (event triggers take a superuser).
+    ``conn`` is in autocommit."""
     with conn.cursor() as cur:
-        cur.execute("SELECT 1 FROM pg_event_trigger WHERE evtname = %s", (TRIGGER,))
-        if cur.fetchone() is not None:
-            return True
-        try:
-            cur.execute(_FUNCTION)
+        for name, (event, tags, function) in _TRIGGERS.items():
             cur.execute(
-                f"CREATE EVENT TRIGGER {TRIGGER} ON ddl_command_end "
-                f"WHEN TAG IN ('ALTER TABLE') EXECUTE FUNCTION {TRIGGER}()"
+                "SELECT evtevent, evttags FROM pg_event_trigger WHERE evtname = %s", (name,)
             )
-        except Exception as exc:
-            if getattr(exc, "pgcode", None) == "42710":  # another source created it meanwhile
-                return True
-            if getattr(exc, "pgcode", None) != "42501":  # insufficient_privilege
-                raise
-            log.warning(
-                "the source's role may not create the event trigger %s (it takes a "
-                "superuser): a column renamed, dropped and added again under the same name, "
-                "or given another type is not followed (%s)",
-                TRIGGER,
-                str(exc).strip(),
-            )
-            return False
+            found = cur.fetchone()
+            if found is not None and (found[0], found[1] and tuple(found[1])) == (event, tags):
+                continue
+            try:
+                _install(cur, name, event, tags, function)
+            except Exception as exc:
+                if getattr(exc, "pgcode", None) == "42710":  # another source made it meanwhile
+                    continue
+                if getattr(exc, "pgcode", None) != "42501":  # insufficient_privilege
+                    raise
+                log.warning(
+                    "the source's role may not create the event trigger %s (it takes a "
+                    "superuser): a column renamed, dropped and added again under the same "
+                    "name, or given another type is not followed, nor a table dropped and "
+                    "created again while the connector runs (the next run copies it again) "
+                    "(%s)",
+                    name,
+                    str(exc).strip(),
+                )
+                return False
     return True
+
+
+def _install(cur: Any, name: str, event: str, tags: tuple[str, ...] | None, function: str) -> None:
+    """(Re)create event trigger ``name`` and its function (an older version's is replaced)."""
+    cur.execute(function)
+    cur.execute(f"DROP EVENT TRIGGER IF EXISTS {name}")
+    when = "" if tags is None else f" WHEN TAG IN ({', '.join(repr(t) for t in tags)})"
+    cur.execute(f"CREATE EVENT TRIGGER {name} ON {event}{when} EXECUTE FUNCTION {name}()")
 
 
 #: A column's number, type oid and type modifier.
@@ -106,18 +161,94 @@ def identities(conn: Any, table: str) -> dict[str, Identity]:
         return {str(row[0]): (int(row[1]), int(row[2]), int(row[3])) for row in cur.fetchall()}
 
 
-def read_message(content: bytes) -> tuple[str, dict[str, Identity]]:
-    """(table, each column's identity) from a message of the trigger."""
+@dataclass(frozen=True, slots=True)
+class ColumnsMessage:
+    """What the columns trigger told of one table after a statement (``oid`` None: a message
+    of an earlier version's trigger, which did not tell it)."""
+
+    table: str
+    oid: int | None
+    created: bool
+    columns: dict[str, Identity]
+
+
+def read_message(content: bytes) -> ColumnsMessage:
+    """A message of the columns trigger."""
     body = orjson.loads(content)
-    return str(body["table"]), {
-        str(name): (int(number), int(oid), int(modifier))
-        for number, name, oid, modifier in body["columns"] or ()
-    }
+    oid = body.get("oid")
+    return ColumnsMessage(
+        str(body["table"]),
+        None if oid is None else int(oid),
+        bool(body.get("created")),
+        {
+            str(name): (int(number), int(oid), int(modifier))
+            for number, name, oid, modifier in body["columns"] or ()
+        },
+    )
 
 
-def from_json(body: dict[str, Any]) -> dict[str, dict[str, Identity]]:
-    """The identities kept as a document (see :meth:`Mirror.save_column_identities`)."""
-    return {
-        str(table): {str(c): (int(i[0]), int(i[1]), int(i[2])) for c, i in columns.items()}
-        for table, columns in body.items()
-    }
+def read_dropped(content: bytes) -> dict[str, int]:
+    """The tables (and their oids) a message of the drop trigger names."""
+    return {str(table): int(oid) for table, oid in orjson.loads(content)["tables"]}
+
+
+def table_oid(conn: Any, table: str) -> int | None:
+    """The oid of source table ``schema.table`` now (None when there is none)."""
+    schema, _, name = table.partition(".")
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p')",
+            (schema, name),
+        )
+        found = cur.fetchone()
+    return None if found is None else int(found[0])
+
+
+@dataclass
+class Followed:
+    """What the connector keeps of its tables as of where it has read: each one's column
+    identities, the oid of the table its mirror follows (None: dropped, or a copy of a table
+    created again not whole yet), and, for a table copied again, the LSN before that copy
+    (its trigger messages up to there are in the copy)."""
+
+    columns: dict[str, dict[str, Identity]] = field(default_factory=dict)
+    oids: dict[str, int | None] = field(default_factory=dict)
+    copied: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._relations = frozenset(o for o in self.oids.values() if o is not None)
+
+    def follow(self, table: str, oid: int | None) -> None:
+        """The mirror of ``table`` now follows the table of oid ``oid`` (None: none)."""
+        self.oids[table] = oid
+        self.__post_init__()
+
+    def follows(self, relation_id: int) -> bool:
+        """Whether a change of relation ``relation_id`` is of a table a mirror follows."""
+        return relation_id in self._relations
+
+    def copied_by(self, table: str, commit_lsn: int) -> bool:
+        """Whether what a transaction committed at ``commit_lsn`` did to ``table`` is in
+        the table's last copy made again."""
+        return commit_lsn <= self.copied.get(table, -1)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"tables": self.columns, "oids": self.oids, "copied": self.copied}
+
+    @staticmethod
+    def from_json(body: Mapping[str, Any]) -> Followed:
+        """The state kept as a document (see :meth:`Mirror.save_column_identities`); one of
+        an earlier version holds the identities alone."""
+        tables = body.get("tables", body)
+        return Followed(
+            {
+                str(table): {str(c): (int(i[0]), int(i[1]), int(i[2])) for c, i in cols.items()}
+                for table, cols in tables.items()
+            },
+            {
+                str(t): None if oid is None else int(oid)
+                for t, oid in (body.get("oids") or {}).items()
+            },
+            {str(t): int(lsn) for t, lsn in (body.get("copied") or {}).items()},
+        )

@@ -13,25 +13,28 @@ lost connection to the server ends the run with :class:`~changestream.errors.Una
 from __future__ import annotations
 
 import functools
+import logging
 import select
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from changestream.errors import FailedPrecondition
 from changestream.sources import pg_catalog, pg_columns
 from changestream.sources.connector import Connector, key_page, key_pages
 from changestream.sources.definition import MirroredTable, SourceDefinition, SourcePosition
 from changestream.sources.mirror import RowChange, SourceTransaction
 from changestream.sources.pg_catalog import MARKER_PREFIX
-from changestream.sources.pg_rows import RowShapes
+from changestream.sources.pg_rows import PgChange, RowShapes
 from changestream.sources.pg_types import parser
 from changestream.sources.pgoutput import (
     Begin,
     Commit,
     LogicalMessage,
     Relation,
+    Truncate,
     decode,
     lsn_text,
     parse_lsn,
@@ -43,9 +46,14 @@ from changestream.types import ColumnType
 if TYPE_CHECKING:
     from changestream.embedded import EmbeddedDatabase
 
+log = logging.getLogger("changestream.sources")
+
 
 #: How long to wait for the next message before looking at the stop request (seconds).
 WAIT_S = 0.5
+#: How many times a table made anew is published before its copy gives up (it is made anew
+#: again each time between its publication and the copy's snapshot).
+_PUBLISH_ATTEMPTS = 10
 
 
 class PostgresConnector(Connector):
@@ -60,8 +68,8 @@ class PostgresConnector(Connector):
     ) -> None:
         super().__init__(db, definition, position, progress)
         self._shapes = RowShapes()
-        #: Each table's column identities as of where the connector has read.
-        self._identities: dict[str, dict[str, pg_columns.Identity]] = {}
+        #: Which column and table is which, as of where the connector has read.
+        self._followed = pg_columns.Followed()
 
     def _server_error(self) -> type[Exception]:
         return pg_catalog.server_error()
@@ -85,13 +93,16 @@ class PostgresConnector(Connector):
             # As of where streaming starts: the copy's snapshot (about now), or where the
             # last run left off (a source of an earlier version kept none: now).
             kept = self._mirror.column_identities() if copied else None
-            self._identities = (
-                pg_columns.from_json(kept)
-                if kept
-                else {t: pg_columns.identities(conn, t) for t in definition.tables}
-            )
+            self._followed = pg_columns.Followed.from_json(kept or {})
+            for name in definition.tables:
+                if name not in self._followed.columns:
+                    self._followed.columns[name] = pg_columns.identities(conn, name)
+                if name not in self._followed.oids:
+                    self._followed.follow(name, pg_columns.table_oid(conn, name))
             if not copied and not self._copy(conn, described, stop):
                 return self.summary  # stopped mid-copy: the next run resumes it
+            if copied:
+                self._copy_made_anew(conn)
             marker = pg_catalog.emit_marker(conn) if until_caught_up else None
             self._follow(conn, stop, marker)
         return self.summary
@@ -153,7 +164,7 @@ class PostgresConnector(Connector):
         if not whole:
             return False
         assert self._position is not None
-        self._mirror.save_column_identities(self._identities)
+        self._mirror.save_column_identities(self._followed.to_json())
         self._position = replace(self._position, state="streaming", progress={})
         self._mirror.save_position(self._position)
         self.summary.lsn = self._position.lsn
@@ -164,21 +175,14 @@ class PostgresConnector(Connector):
 
     def _copy_table(self, snap: Any, table: str, stop: threading.Event) -> bool:
         mirrored = self._mirror.table(table)
-        parsers = [parser(t) for t in mirrored.types]
-        columns = ", ".join(f'"{c}"::text' for c in mirrored.columns)
-        # Qualified: a bare name in ORDER BY would be the text output column of that name.
-        keys = ", ".join(f'source."{k}"' for k in mirrored.primary_key)
+        select, keys = _select(mirrored, mirrored.columns)
         at = [mirrored.columns.index(k) for k in mirrored.primary_key]
-        schema, _, name = table.partition(".")
-        select = f'SELECT {columns} FROM "{schema}"."{name}" AS source'
         with snap.cursor() as cur:
             return self._copy_chunks(
                 table,
                 mirrored.columns,
                 lambda last: key_page(cur, select, keys, last),
-                lambda row: [
-                    None if v is None else p(v) for p, v in zip(parsers, row, strict=True)
-                ],
+                _row_parser(mirrored.types),
                 lambda row: [row[i] for i in at],
                 stop,
             )
@@ -244,26 +248,144 @@ class PostgresConnector(Connector):
                             stream.send_feedback(flush_lsn=applied)
                         begin, changes = None, []
                     elif isinstance(decoded, Relation):
-                        self._follow_shape(conn, decoded)
+                        if self._followed.follows(decoded.relation_id):
+                            self._follow_shape(conn, decoded)
                     elif isinstance(decoded, LogicalMessage):
                         if decoded.prefix == MARKER_PREFIX and decoded.content == marker:
                             break
                         # Of a transaction not applied yet (one applied is read again when
-                        # the slot resends it; the identities kept are already past it).
-                        if (
-                            decoded.prefix == pg_columns.COLUMNS_PREFIX
-                            and begin is not None
-                            and begin.final_lsn >= applied
-                        ):
-                            changes = self._follow_columns(conn, decoded.content, begin, changes)
+                        # the slot resends it; what is kept is already past it).
+                        if begin is not None and begin.final_lsn >= applied:
+                            changes = self._follow_message(conn, decoded, begin, changes)
                     elif decoded is not None:
-                        changes.extend(self._shapes.changes(decoded))
+                        changes.extend(self._followed_changes(decoded))
                 stream.send_feedback(flush_lsn=applied, force=True)
         finally:
             replication.close()
 
+    def _followed_changes(self, change: PgChange) -> list[RowChange]:
+        """The row changes of ``change`` of the tables the mirrors follow (not of a table
+        since dropped, read again after its mirror was copied from the one made anew)."""
+        if isinstance(change, Truncate):
+            kept = tuple(r for r in change.relation_ids if self._followed.follows(r))
+            return self._shapes.changes(Truncate(kept)) if kept else []
+        if not self._followed.follows(change.relation_id):
+            return []
+        return self._shapes.changes(change)
+
+    def _follow_message(
+        self, conn: Any, message: LogicalMessage, begin: Begin, changes: list[RowChange]
+    ) -> list[RowChange]:
+        """A message of the source's event triggers, in a transaction not applied yet;
+        returns the transaction's ``changes`` so far as they stand after it."""
+        tag = source_tag(self._definition.name, str(begin.xid), lsn_text(begin.final_lsn))
+        if message.prefix == pg_columns.DROPPED_PREFIX:
+            return self._follow_drop(pg_columns.read_dropped(message.content), begin, tag, changes)
+        if message.prefix != pg_columns.COLUMNS_PREFIX:
+            return changes
+        found = pg_columns.read_message(message.content)
+        table = found.table
+        # A table renamed (or moved to another schema) is no longer the one of its old name.
+        if found.oid is not None:
+            moved = {t: o for t, o in self._followed.oids.items() if o == found.oid and t != table}
+            changes = self._follow_drop(moved, begin, tag, changes)
+        if table not in self._definition.tables or self._followed.copied_by(table, begin.final_lsn):
+            return changes
+        if found.oid is not None and found.oid != self._followed.oids.get(table):
+            # Another table has the name now: created, or renamed to it.
+            self._copy_anew(conn, table, tag)
+            return changes
+        return self._follow_columns(conn, found, tag, changes)
+
+    def _follow_drop(
+        self, dropped: dict[str, int], begin: Begin, tag: str, changes: list[RowChange]
+    ) -> list[RowChange]:
+        """Source tables (by name, with their oids) dropped or renamed: the mirror of each one
+        it follows loses its rows now, and the transaction's changes of it read so far are
+        left out."""
+        gone = [
+            table
+            for table, oid in dropped.items()
+            if table in self._definition.tables
+            and self._followed.oids.get(table) == oid
+            and not self._followed.copied_by(table, begin.final_lsn)
+        ]
+        for table in gone:
+            self._mirror.empty(table, tag)
+            self._followed.follow(table, None)
+        if gone:
+            self._mirror.save_column_identities(self._followed.to_json())
+            log.info("source %s: tables %s dropped or renamed", self._definition.name, gone)
+        return [change for change in changes if change.table not in gone]
+
+    def _copy_made_anew(self, conn: Any) -> None:
+        """Before streaming: copy again each table that is not the one its mirror follows
+        (dropped and created again while no connector ran) or that the publication lost (a
+        drop does that), or whose copy again was cut short."""
+        published = pg_catalog.published_tables(conn, self._definition.publication)
+        for table in self._definition.tables:
+            now = pg_columns.table_oid(conn, table)
+            if self._followed.oids.get(table) != now or table not in published:
+                lsn = lsn_text(pg_catalog.current_lsn(conn))
+                self._copy_anew(conn, table, source_tag(self._definition.name, "", lsn))
+
+    def _copy_anew(self, conn: Any, table: str, tag: str) -> None:
+        """Source table ``table`` is another table than the mirror follows (created again, or
+        renamed to the name): publish it, then make its mirror equal to it (emptied, then
+        copied in key order, as changes tagged ``tag``) from a snapshot taken after the
+        publication did, so every change after the snapshot comes in the stream. Changes up
+        to there may be in both: applied idempotently. Trigger messages of the table up to
+        the LSN before the snapshot are in the copy and left out."""
+        definition = self._definition
+        self._followed.follow(table, None)  # a copy cut short is made again
+        self._mirror.save_column_identities(self._followed.to_json())
+        with pg_catalog.session(definition.dsn) as snap:
+            before = self._published_snapshot(conn, snap, table)
+            described = pg_catalog.describe(snap, table, definition.mirror(table))
+            self._mirror.reshape(described)
+            self._followed.columns[table] = pg_columns.identities(snap, table)
+            oid = pg_columns.table_oid(snap, table)
+            with snap.cursor() as cur:
+                self._mirror.replace_rows(
+                    table, described.columns, _copy_pages(cur, described), tag
+                )
+            snap.rollback()
+        after = pg_catalog.current_lsn(conn)
+        assert self._position is not None
+        overlap = max(after, self._position.overlap[1] if self._position.overlap else 0)
+        self._position = replace(self._position, overlap=(None, overlap))
+        self._mirror.save_position(self._position)
+        self._followed.follow(table, oid)
+        self._followed.copied[table] = before
+        self._mirror.save_column_identities(self._followed.to_json())
+        log.info("source %s: table %s copied again, as another table", definition.name, table)
+
+    def _published_snapshot(self, conn: Any, snap: Any, table: str) -> int:
+        """Publish ``table``, then open on ``snap`` a read-only snapshot holding it (a drop or
+        rename of it waits until ``snap`` ends) in which it is published; returns the LSN
+        read between the two. A table made anew between them is published in turn."""
+        schema, _, name = table.partition(".")
+        for _ in range(_PUBLISH_ATTEMPTS):
+            pg_catalog.publish(conn, self._definition.publication, table)
+            before = pg_catalog.current_lsn(conn)
+            snap.set_session(isolation_level="REPEATABLE READ", readonly=True)
+            with snap.cursor() as cur:
+                # LOCK takes no snapshot: the query after it does, holding this table.
+                cur.execute(f'LOCK TABLE "{schema}"."{name}" IN ACCESS SHARE MODE')
+            if table in pg_catalog.published_tables(snap, self._definition.publication):
+                return before
+            snap.rollback()
+        raise FailedPrecondition(
+            f"source {self._definition.name}: table {table} was made anew "
+            f"{_PUBLISH_ATTEMPTS} times while it was being published"
+        )
+
     def _follow_columns(
-        self, conn: Any, content: bytes, begin: Begin, changes: list[RowChange]
+        self,
+        conn: Any,
+        message: pg_columns.ColumnsMessage,
+        tag: str,
+        changes: list[RowChange],
     ) -> list[RowChange]:
         """An ``ALTER TABLE`` of the source, with its table's column identities after it: a
         column whose number is gone was dropped (so a column added again under its name is
@@ -271,12 +393,9 @@ class PostgresConnector(Connector):
         name was renamed (the mirror renames it, keeping its values), one whose type changed
         holds converted values (the mirror takes the type and the values the source holds).
         Returns the transaction's ``changes`` so far in the table's new shape."""
-        table, now = pg_columns.read_message(content)
-        if table not in self._definition.tables:
-            return changes
-        before = self._identities.get(table, {})
+        table, now = message.table, message.columns
+        before = self._followed.columns.get(table, {})
         by_number = {identity[0]: name for name, identity in now.items()}
-        tag = source_tag(self._definition.name, str(begin.xid), lsn_text(begin.final_lsn))
         renamed: dict[str, str | None] = {
             name: by_number.get(identity[0]) for name, identity in before.items()
         }
@@ -298,8 +417,8 @@ class PostgresConnector(Connector):
             mirrored = self._mirror.table(table)
             pages = functools.partial(_current_values, conn, mirrored, name, ctype)
             self._mirror.retype_column(table, name, ctype, pages, tag)
-        self._identities = {**self._identities, table: now}
-        self._mirror.save_column_identities(self._identities)
+        self._followed.columns[table] = now
+        self._mirror.save_column_identities(self._followed.to_json())
         return [
             _reshaped(change, renamed) if change.table == table else change for change in changes
         ]
@@ -340,6 +459,31 @@ def _reshaped(change: RowChange, renamed: dict[str, str | None]) -> RowChange:
     )
 
 
+def _select(mirrored: MirroredTable, columns: Sequence[str]) -> tuple[str, str]:
+    """A query of ``columns`` of source table ``mirrored.source`` as text, and the key
+    columns to order and page it by."""
+    # Qualified: a bare name in ORDER BY would be the text output column of that name.
+    keys = ", ".join(f'source."{k}"' for k in mirrored.primary_key)
+    schema, _, name = mirrored.source.partition(".")
+    values = ", ".join(f'source."{c}"::text' for c in columns)
+    return f'SELECT {values} FROM "{schema}"."{name}" AS source', keys
+
+
+def _row_parser(types: Sequence[ColumnType]) -> Callable[[Sequence[Any]], list[Any]]:
+    """Turns a row of PostgreSQL text values of ``types`` into mirror values."""
+    parsers = [parser(t) for t in types]
+    return lambda row: [None if v is None else p(v) for p, v in zip(parsers, row, strict=True)]
+
+
+def _copy_pages(cur: Any, mirrored: MirroredTable) -> Iterator[list[list[Any]]]:
+    """Every row of source table ``mirrored.source``, as mirror values, in key order, a page
+    at a time."""
+    select, keys = _select(mirrored, mirrored.columns)
+    convert = _row_parser(mirrored.types)
+    for rows in key_pages(cur, select, keys, len(mirrored.primary_key)):
+        yield [convert(row) for row in rows]
+
+
 def _current_values(
     conn: Any, mirrored: MirroredTable, column: str, ctype: ColumnType
 ) -> Iterator[list[list[Any]]]:
@@ -348,15 +492,8 @@ def _current_values(
     at a time."""
     key = mirrored.primary_key
     types = [*(mirrored.types[mirrored.columns.index(k)] for k in key), ctype]
-    parsers = [parser(t) for t in types]
-    # Qualified: a bare name in ORDER BY would be the text output column of that name.
-    keys = ", ".join(f'source."{k}"' for k in key)
-    schema, _, name = mirrored.source.partition(".")
-    values = ", ".join(f'source."{n}"::text' for n in (*key, column))
-    select = f'SELECT {values} FROM "{schema}"."{name}" AS source'
+    convert = _row_parser(types)
+    select, keys = _select(mirrored, (*key, column))
     with conn.cursor() as cur:
         for rows in key_pages(cur, select, keys, len(key)):
-            yield [
-                [None if v is None else p(v) for p, v in zip(parsers, row, strict=True)]
-                for row in rows
-            ]
+            yield [convert(row) for row in rows]
