@@ -21,7 +21,7 @@ from changestream.sources.definition import (
     SourcePosition,
 )
 from changestream.sources.mirror import RENAME_PAGE_ROWS, Mirror, RowChange, SourceTransaction
-from changestream.sources.mysql_ddl import column_changes, emptied_tables
+from changestream.sources.mysql_ddl import column_changes, emptied_tables, renamed_tables
 from changestream.types import ColumnType
 
 TABLE = MirroredTable(
@@ -141,6 +141,25 @@ def test_the_columns_a_mysql_statement_drops_renames_or_gives_a_type(
 )
 def test_the_tables_a_mysql_statement_empties(statement: str, expected: list[str]) -> None:
     assert emptied_tables(statement, "d") == expected
+
+
+@pytest.mark.parametrize(
+    ("statement", "expected"),
+    [
+        ("RENAME TABLE a TO a_old, a_new TO a", [("d.a", "d.a_old"), ("d.a_new", "d.a")]),
+        ("/* gh-ost */ rename tables `x`.`a b` to y.c;", [("x.a b", "y.c")]),
+        ("RENAME TABLE `we``ird` TO w", [("d.we`ird", "d.w")]),
+        ("ALTER TABLE a RENAME TO b", [("d.a", "d.b")]),
+        ("ALTER TABLE x.a RENAME x.b", [("x.a", "x.b")]),
+        ("ALTER TABLE a ADD COLUMN c INT", []),
+        ("RENAME USER a TO b", []),
+        ("INSERT INTO renames VALUES (1)", []),
+    ],
+)
+def test_the_tables_a_mysql_statement_renames(
+    statement: str, expected: list[tuple[str, str]]
+) -> None:
+    assert renamed_tables(statement, "d") == expected
 
 
 def test_a_mysql_statement_sqlglot_cannot_read_is_named_in_a_warning(

@@ -578,6 +578,9 @@ def test_a_table_dropped_and_created_again_is_copied_again(source_dsn: str, db: 
     runner = threading.Thread(target=run_source, args=(db, "Bank"), kwargs={"stop": stop})
     runner.start()
     try:
+        # Once the run follows the slot (one starting without the table would stop).
+        _execute(source_dsn, "UPDATE accounts SET points = 1 WHERE id = 3")
+        wait_while_running(lambda: db.read("public_accounts", [[3]], ["points"]) == [(1,)], runner)
         # In one transaction, with rows changed before the drop and written after the create.
         _execute(
             source_dsn,
@@ -630,6 +633,11 @@ def test_the_table_of_a_captured_name_is_followed_through_renames(source_dsn: st
     runner = threading.Thread(target=run_source, args=(db, "Bank"), kwargs={"stop": stop})
     runner.start()
     try:
+        # Once the run follows the slot (one starting without the table would stop).
+        _execute(source_dsn, "UPDATE accounts SET active = true WHERE id = 1")
+        wait_while_running(
+            lambda: db.read("public_accounts", [[1]], ["active"]) == [(True,)], runner
+        )
         _execute(
             source_dsn,
             ACCOUNTS.replace("accounts", "accounts_new"),

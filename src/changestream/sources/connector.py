@@ -39,9 +39,9 @@ def key_page(cur: Any, select: str, keys: str, after: Sequence[Any] | None) -> l
     return list(cur.fetchall())
 
 
-def key_pages(cur: Any, select: str, keys: str, width: int) -> Iterator[list[Row]]:
-    """Every row of ``select`` in the order of ``keys``, which are the first ``width`` values
-    of each row, a :func:`key_page` at a time."""
+def key_pages(cur: Any, select: str, keys: str, at: Sequence[int]) -> Iterator[list[Row]]:
+    """Every row of ``select`` in the order of ``keys``, which are the values at positions
+    ``at`` of each row, a :func:`key_page` at a time."""
     after: tuple[Any, ...] | None = None
     while True:
         rows = key_page(cur, select, keys, after)
@@ -49,7 +49,7 @@ def key_pages(cur: Any, select: str, keys: str, width: int) -> Iterator[list[Row
             yield rows
         if len(rows) < COPY_CHUNK_ROWS:
             return
-        after = tuple(rows[-1][:width])
+        after = tuple(rows[-1][i] for i in at)
 
 
 class Connector:

@@ -14,9 +14,10 @@ changes up to that snapshot idempotently. A lost connection ends the run with
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +26,7 @@ from changestream.sources import binlog_rows, mysql_catalog
 from changestream.sources.connector import Connector, Row, key_page, key_pages
 from changestream.sources.definition import MirroredTable, SourceDefinition, SourcePosition
 from changestream.sources.mirror import RowChange, SourceTransaction
-from changestream.sources.mysql_ddl import column_changes, emptied_tables
+from changestream.sources.mysql_ddl import column_changes, emptied_tables, renamed_tables
 from changestream.sources.mysql_types import (
     Convert,
     MySqlColumn,
@@ -42,6 +43,7 @@ from changestream.types import ColumnType
 if TYPE_CHECKING:
     from changestream.embedded import EmbeddedDatabase
 
+log = logging.getLogger("changestream.sources")
 
 #: How often an idle server sends a heartbeat, so a stop request is seen (seconds).
 HEARTBEAT_S = 0.5
@@ -149,14 +151,8 @@ class MySqlConnector(Connector):
         return True
 
     def _copy_table(self, snap: Any, table: str, stop: threading.Event) -> bool:
-        converters = self._columns[table]
-        names = tuple(converters)
-        convert = [converters[n] for n in names]
-        key = self._mirror.table(table).primary_key
-        at = [names.index(k) for k in key]
-        keys = ", ".join(f"`{k}`" for k in key)
-        database, _, name = table.partition(".")
-        select = f"SELECT {', '.join(f'`{n}`' for n in names)} FROM `{database}`.`{name}`"
+        names, select, keys, convert = self._select(table)
+        at = [names.index(k) for k in self._mirror.table(table).primary_key]
         with snap.cursor() as cur:
 
             def fetch(last: Any) -> list[Row]:
@@ -164,15 +160,49 @@ class MySqlConnector(Connector):
                 return key_page(cur, select, keys, after)
 
             return self._copy_chunks(
-                table,
-                names,
-                fetch,
-                lambda row: [
-                    None if v is None else c(v) for c, v in zip(convert, row, strict=True)
-                ],
-                lambda row: [_key_json(row[i]) for i in at],
-                stop,
+                table, names, fetch, convert, lambda row: [_key_json(row[i]) for i in at], stop
             )
+
+    def _select(self, table: str) -> tuple[tuple[str, ...], str, str, Callable[[Row], list[Any]]]:
+        """The columns of ``table`` the connector knows, a query of them, its key columns
+        (to order and page it by) and what turns one of its rows into mirror values."""
+        converters = self._columns[table]
+        names = tuple(converters)
+        convert = [converters[n] for n in names]
+        keys = ", ".join(f"`{k}`" for k in self._mirror.table(table).primary_key)
+        database, _, name = table.partition(".")
+        select = f"SELECT {', '.join(f'`{n}`' for n in names)} FROM `{database}`.`{name}`"
+        return (
+            names,
+            select,
+            keys,
+            lambda row: [None if v is None else c(v) for c, v in zip(convert, row, strict=True)],
+        )
+
+    def _copy_anew(self, table: str, tag: str) -> None:
+        """Another table has the captured name ``table`` now (renamed to it): its mirror is
+        emptied and gets its rows, as changes tagged ``tag``, from a consistent snapshot; the
+        binlog's events up to the snapshot's position, which the copy may hold, are applied
+        idempotently."""
+        definition = self._definition
+        with mysql_catalog.session(definition.dsn) as snap:
+            log_file, offset = mysql_catalog.start_snapshot(snap)
+            described = mysql_catalog.describe(snap, table, definition.mirror(table))
+            self._mirror.reshape(described)
+            self._learn(table, mysql_catalog.columns(snap, table))
+            names, select, keys, convert = self._select(table)
+            at = [names.index(k) for k in described.primary_key]
+            with snap.cursor() as cur:
+                pages = (
+                    [convert(row) for row in rows] for rows in key_pages(cur, select, keys, at)
+                )
+                self._mirror.replace_rows(table, names, pages, tag)
+            snap.rollback()
+        assert self._position is not None
+        overlap = max((log_file, offset), self._position.overlap or ("", 0))
+        self._position = replace(self._position, overlap=overlap)
+        self._mirror.save_position(self._position)
+        log.info("source %s: table %s copied again, as another table", definition.name, table)
 
     # -- following the binlog ------------------------------------------------------------
 
@@ -272,9 +302,17 @@ class MySqlConnector(Connector):
         query = event.query.decode() if isinstance(event.query, bytes) else str(event.query)
         position = f"{log_file}:{offset}"
         tag = source_tag(self._definition.name, tx_id or position, position)
+        # A captured name another table was renamed to: that table's rows, copied now (a
+        # crash before the statement's position is kept copies them again).
+        renamed = renamed_tables(query, schema)
+        made_anew = {new for _, new in renamed if new in self._columns}
+        for table in made_anew:
+            self._copy_anew(table, tag)
         # TRUNCATE is logged as a statement whatever the binlog's format, and DROP TABLE has
-        # no row events either: their mirrors are emptied as one transaction, there.
+        # no row events either: their mirrors are emptied as one transaction, there, as are
+        # those of tables renamed away from a captured name.
         emptied = [t for t in emptied_tables(query, schema) if t in self._columns]
+        emptied += [old for old, _ in renamed if old in self._columns and old not in made_anew]
         if emptied:
             self._commit(tx_id, offset, log_file, [RowChange(t, "truncate") for t in emptied])
         changes = column_changes(query, schema)
@@ -414,7 +452,7 @@ def _current_values(
     select = f"SELECT {keys}, `{column.name}` FROM `{database}`.`{name}`"
     convert = [converter(c) for c in (*key, column)]
     with conn.cursor() as cur:
-        for rows in key_pages(cur, select, keys, len(key)):
+        for rows in key_pages(cur, select, keys, range(len(key))):
             yield [
                 [None if v is None else c(v) for c, v in zip(convert, row, strict=True)]
                 for row in rows

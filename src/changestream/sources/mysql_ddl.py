@@ -1,4 +1,5 @@
-"""What a MySQL / MariaDB DDL statement of the binlog does to the columns of a table.
+"""What a MySQL / MariaDB DDL statement of the binlog does to the columns of a table, and
+which tables it empties or renames.
 
 Row events name a table's columns as they are at that event, so a column added later shows
 in the next row event. What they cannot show is a column dropped and added again under the
@@ -95,3 +96,57 @@ def emptied_tables(statement: str, database: str) -> list[str]:
     else:
         return []
     return [f"{t.db or database}.{t.name}" for t in tables if isinstance(t, exp.Table)]
+
+
+#: ``RENAME TABLE``, after any comments, with what follows it.
+_RENAME = re.compile(r"\s*(?:/\*.*?\*/\s*)*RENAME\s+TABLES?\s+(.*)", re.IGNORECASE | re.DOTALL)
+#: A name, quoted or not, and one ``old TO new`` of a ``RENAME TABLE``.
+_NAME = r"(?:`(?:[^`]|``)+`|[\w$]+)"
+_RENAMED = re.compile(
+    rf"\s*({_NAME}(?:\s*\.\s*{_NAME})?)\s+TO\s+({_NAME}(?:\s*\.\s*{_NAME})?)\s*(,|$)",
+    re.IGNORECASE,
+)
+
+
+def renamed_tables(statement: str, database: str) -> list[tuple[str, str]]:
+    """The tables ``statement`` renames (``database.table`` before and after), in its
+    order: ``RENAME TABLE a TO b, ...`` (which sqlglot does not read) and ``ALTER TABLE a
+    RENAME [TO] b``; ``database`` is the one it ran in."""
+    found = _RENAME.match(statement)
+    if found is not None:
+        renames: list[tuple[str, str]] = []
+        rest = found.group(1).strip().rstrip(";")
+        while rest:
+            pair = _RENAMED.match(rest)
+            if pair is None:
+                log.warning("could not read the source's statement %r", statement[:200])
+                return []
+            renames.append(
+                (_qualified(pair.group(1), database), _qualified(pair.group(2), database))
+            )
+            rest = rest[pair.end() :]
+        return renames
+    if not _ALTER.match(statement):
+        return []
+    try:
+        parsed = sqlglot.parse_one(statement, read="mysql")
+    except sqlglot.errors.ParseError:
+        return []
+    if not isinstance(parsed, exp.Alter) or parsed.args.get("kind") != "TABLE":
+        return []
+    target = parsed.this
+    old = f"{target.db or database}.{target.name}"
+    return [
+        (old, f"{action.this.db or database}.{action.this.name}")
+        for action in parsed.args.get("actions") or []
+        if isinstance(action, exp.AlterRename)
+    ]
+
+
+def _qualified(name: str, database: str) -> str:
+    """``database.table`` of a name as a statement writes it (quoted or not, qualified or
+    not)."""
+    parts = [
+        p[1:-1].replace("``", "`") if p.startswith("`") else p for p in re.findall(_NAME, name)
+    ]
+    return ".".join(parts) if len(parts) == 2 else f"{database}.{parts[0]}"

@@ -480,7 +480,8 @@ def _copy_pages(cur: Any, mirrored: MirroredTable) -> Iterator[list[list[Any]]]:
     at a time."""
     select, keys = _select(mirrored, mirrored.columns)
     convert = _row_parser(mirrored.types)
-    for rows in key_pages(cur, select, keys, len(mirrored.primary_key)):
+    at = [mirrored.columns.index(k) for k in mirrored.primary_key]
+    for rows in key_pages(cur, select, keys, at):
         yield [convert(row) for row in rows]
 
 
@@ -495,5 +496,5 @@ def _current_values(
     convert = _row_parser(types)
     select, keys = _select(mirrored, (*key, column))
     with conn.cursor() as cur:
-        for rows in key_pages(cur, select, keys, len(key)):
+        for rows in key_pages(cur, select, keys, range(len(key))):
             yield [convert(row) for row in rows]
