@@ -12,7 +12,9 @@ driver's memory does not grow with the batch.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import gc
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -170,6 +172,21 @@ def _segments(written: Iterable[tuple[str, Path, int]], seq: int) -> list[Summar
     return [("events", obj, str(path), n, seq, 0) for obj, path, n in written]
 
 
+@contextlib.contextmanager
+def collection_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector paused while a task builds, writes and stages
+    events: what it makes holds no reference cycle (events, dicts, Arrow buffers), and
+    collecting them as they were made cost about a tenth of a task's CPU (in one process over
+    300,000 changes, best of four: 12.6 µs a change paused, 13.7 collecting)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 #: Mods turned into events at a time (bounds a task's memory whatever a range holds).
 _EVENTS_PER_CHUNK: Final = 8192
 
@@ -235,18 +252,19 @@ class CdcTask:
         staging = _Staging(self.plan)
         db = open_database(self.database, self.token)
         reads = [read for i in indexes for read in self.groups[i]]
-        try:
-            for read in reads:
-                for events in range_events(self.plan, db, self.change_stream, read):
-                    writer.write(events)
-                    staging.add(events)
-        except BaseException:
-            writer.abort()
-            raise
-        finally:
-            db.close()
-        rows = _segments(writer.close(), self.batch_id)
-        rows += staging.write(f"cdc-{self.batch_id}", task)
+        with collection_paused():
+            try:
+                for read in reads:
+                    for events in range_events(self.plan, db, self.change_stream, read):
+                        writer.write(events)
+                        staging.add(events)
+            except BaseException:
+                writer.abort()
+                raise
+            finally:
+                db.close()
+            rows = _segments(writer.close(), self.batch_id)
+            rows += staging.write(f"cdc-{self.batch_id}", task)
         if reads:
             # Where the task's read ranges begin: no change it read is older.
             rows.append((WINDOW, "*", "", 0, self.batch_id, min(r.start for r in reads)))
@@ -273,32 +291,39 @@ class BackfillTask:
         db = open_database(self.database, self.token)
         try:
             for chunk in chunks:
-                # The stream's own columns of the table (an include list may keep only some).
-                columns = [c.name for c in table.columns]
-                snapshot = db.read_snapshot(self.table, chunk.key_range(), columns)
-                at = snapshot.read_timestamp
-                rows = snapshot.rows
-                if self.kept is not None:
-                    key = [columns.index(k) for k in table.primary_key]
-                    rows = [r for r in rows if tuple(r[i] for i in key) in self.kept]
-                origin = self.plan.origins.get(self.table)
-                events = backfill_events(
-                    self.plan.stream_name, self.plan.schema, table, rows, at, at, origin
-                )
-                writer = self.plan.writer(BACKFILL_LANE, chunk.index, 0)
-                try:
-                    writer.write(events)
-                except BaseException:
-                    writer.abort()
-                    raise
-                yield from _segments(writer.close(), chunk.index)
-                staging = _Staging(self.plan)
-                staging.add(events)
-                obj = self.plan.replicas[self.table].object
-                yield from staging.write(f"backfill-{obj}-{chunk.index}", 0)
-                yield ("chunk", obj, "", len(events), chunk.index, at)
+                with collection_paused():
+                    summaries = self._chunk(db, table, chunk)
+                yield from summaries
         finally:
             db.close()
+
+    def _chunk(self, db: PipelineDatabase, table: Table, chunk: Chunk) -> list[Summary]:
+        """Read one chunk, write its events and stage its replica rows; the summary rows."""
+        # The stream's own columns of the table (an include list may keep only some).
+        columns = [c.name for c in table.columns]
+        snapshot = db.read_snapshot(self.table, chunk.key_range(), columns)
+        at = snapshot.read_timestamp
+        rows = snapshot.rows
+        if self.kept is not None:
+            key = [columns.index(k) for k in table.primary_key]
+            rows = [r for r in rows if tuple(r[i] for i in key) in self.kept]
+        origin = self.plan.origins.get(self.table)
+        events = backfill_events(
+            self.plan.stream_name, self.plan.schema, table, rows, at, at, origin
+        )
+        writer = self.plan.writer(BACKFILL_LANE, chunk.index, 0)
+        try:
+            writer.write(events)
+        except BaseException:
+            writer.abort()
+            raise
+        summaries = _segments(writer.close(), chunk.index)
+        staging = _Staging(self.plan)
+        staging.add(events)
+        obj = self.plan.replicas[self.table].object
+        summaries += staging.write(f"backfill-{obj}-{chunk.index}", 0)
+        summaries.append(("chunk", obj, "", len(events), chunk.index, at))
+        return summaries
 
 
 @dataclass(frozen=True, slots=True)
