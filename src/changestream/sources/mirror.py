@@ -275,8 +275,8 @@ class Mirror:
             tx.put_system_document(POSITION_KIND, self._definition.name, position.to_json())
 
     def empty(self, source: str, tag: str) -> None:
-        """The source dropped table ``source``: its mirror's rows are deleted in one
-        transaction tagged ``tag`` (the deletions reach the change stream)."""
+        """Source table ``source`` is gone (dropped, or renamed away): its mirror's rows are
+        deleted in one transaction tagged ``tag`` (the deletions reach the change stream)."""
         with self._db.transaction(tag=tag) as tx:
             tx.delete(self._tables[source].mirror, KeyRange(start_closed=(), end_closed=()))
 

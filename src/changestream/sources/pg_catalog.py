@@ -105,8 +105,8 @@ def all_tables(conn: Any) -> tuple[str, ...]:
         return tuple(f"public.{name}" for (name,) in cur.fetchall())
 
 
-def describe(conn: Any, table: str, mirror: str) -> MirroredTable:
-    """The columns, mirrored types and primary key of source table ``schema.table``."""
+def table_oid(conn: Any, table: str) -> int | None:
+    """The oid of source table ``schema.table`` now (None when there is none)."""
     schema, _, name = table.partition(".")
     with conn.cursor() as cur:
         cur.execute(
@@ -115,9 +115,15 @@ def describe(conn: Any, table: str, mirror: str) -> MirroredTable:
             (schema, name),
         )
         found = cur.fetchone()
-        if found is None:
-            raise NotFound(f"the source has no table {table}")
-        (oid,) = found
+    return None if found is None else int(found[0])
+
+
+def describe(conn: Any, table: str, mirror: str) -> MirroredTable:
+    """The columns, mirrored types and primary key of source table ``schema.table``."""
+    oid = table_oid(conn, table)
+    if oid is None:
+        raise NotFound(f"the source has no table {table}")
+    with conn.cursor() as cur:
         cur.execute(
             "SELECT a.attname, "
             "CASE WHEN t.typcategory = 'A' THEN e.typname ELSE t.typname END, "

@@ -28,9 +28,8 @@ import orjson
 log = logging.getLogger("changestream.sources")
 
 #: The prefix of the columns trigger's messages; their content is ``{"table":
-#: "schema.table", "oid": oid, "created": bool, "columns": [[attnum, name, type oid, type
-#: modifier], ...]}``, the table's columns after the statement (``created``: a statement that
-#: made the table).
+#: "schema.table", "oid": oid, "columns": [[attnum, name, type oid, type modifier], ...]}``,
+#: the table's columns after the statement.
 COLUMNS_PREFIX = "changestream.columns"
 #: The prefix of the drop trigger's messages: ``{"tables": [["schema.table", oid], ...]}``.
 DROPPED_PREFIX = "changestream.dropped"
@@ -44,7 +43,7 @@ _COLUMNS_TAGS = ("ALTER TABLE", "CREATE TABLE", "CREATE TABLE AS", "SELECT INTO"
 _FUNCTION = f"""
 CREATE OR REPLACE FUNCTION {TRIGGER}() RETURNS event_trigger LANGUAGE plpgsql AS $$
 DECLARE
-    command record;
+    relid oid;
 BEGIN
     -- Without logical decoding there is nothing to tell. (No EXCEPTION block: with one, a
     -- transaction that dropped and added a column, then inserted a row, left the mirror
@@ -52,26 +51,23 @@ BEGIN
     IF current_setting('wal_level') <> 'logical' THEN
         RETURN;
     END IF;
-    FOR command IN
-        SELECT objid AS relid, bool_or(command_tag <> 'ALTER TABLE') AS created
-        FROM pg_event_trigger_ddl_commands()
+    FOR relid IN
+        SELECT DISTINCT objid FROM pg_event_trigger_ddl_commands()
         WHERE classid = 'pg_class'::regclass AND object_type IN ('table', 'table column')
-        GROUP BY objid
     LOOP
         PERFORM pg_logical_emit_message(true, '{COLUMNS_PREFIX}', json_build_object(
             'table', (
                 SELECT n.nspname || '.' || c.relname FROM pg_class c
-                JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = command.relid
+                JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = relid
             ),
-            'oid', command.relid,
-            'created', command.created,
+            'oid', relid,
             'columns', (
                 SELECT json_agg(
                     json_build_array(a.attnum, a.attname, a.atttypid, a.atttypmod)
                     ORDER BY a.attnum
                 )
                 FROM pg_attribute a
-                WHERE a.attrelid = command.relid AND a.attnum > 0 AND NOT a.attisdropped
+                WHERE a.attrelid = relid AND a.attnum > 0 AND NOT a.attisdropped
             )
         )::text);
     END LOOP;
@@ -168,7 +164,6 @@ class ColumnsMessage:
 
     table: str
     oid: int | None
-    created: bool
     columns: dict[str, Identity]
 
 
@@ -179,7 +174,6 @@ def read_message(content: bytes) -> ColumnsMessage:
     return ColumnsMessage(
         str(body["table"]),
         None if oid is None else int(oid),
-        bool(body.get("created")),
         {
             str(name): (int(number), int(oid), int(modifier))
             for number, name, oid, modifier in body["columns"] or ()
@@ -190,19 +184,6 @@ def read_message(content: bytes) -> ColumnsMessage:
 def read_dropped(content: bytes) -> dict[str, int]:
     """The tables (and their oids) a message of the drop trigger names."""
     return {str(table): int(oid) for table, oid in orjson.loads(content)["tables"]}
-
-
-def table_oid(conn: Any, table: str) -> int | None:
-    """The oid of source table ``schema.table`` now (None when there is none)."""
-    schema, _, name = table.partition(".")
-    with conn.cursor() as cur:
-        cur.execute(
-            "SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-            "WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p')",
-            (schema, name),
-        )
-        found = cur.fetchone()
-    return None if found is None else int(found[0])
 
 
 @dataclass

@@ -98,7 +98,7 @@ class PostgresConnector(Connector):
                 if name not in self._followed.columns:
                     self._followed.columns[name] = pg_columns.identities(conn, name)
                 if name not in self._followed.oids:
-                    self._followed.follow(name, pg_columns.table_oid(conn, name))
+                    self._followed.follow(name, pg_catalog.table_oid(conn, name))
             if not copied and not self._copy(conn, described, stop):
                 return self.summary  # stopped mid-copy: the next run resumes it
             if copied:
@@ -324,7 +324,7 @@ class PostgresConnector(Connector):
         drop does that), or whose copy again was cut short."""
         published = pg_catalog.published_tables(conn, self._definition.publication)
         for table in self._definition.tables:
-            now = pg_columns.table_oid(conn, table)
+            now = pg_catalog.table_oid(conn, table)
             if self._followed.oids.get(table) != now or table not in published:
                 lsn = lsn_text(pg_catalog.current_lsn(conn))
                 self._copy_anew(conn, table, source_tag(self._definition.name, "", lsn))
@@ -344,7 +344,7 @@ class PostgresConnector(Connector):
             described = pg_catalog.describe(snap, table, definition.mirror(table))
             self._mirror.reshape(described)
             self._followed.columns[table] = pg_columns.identities(snap, table)
-            oid = pg_columns.table_oid(snap, table)
+            oid = pg_catalog.table_oid(snap, table)
             with snap.cursor() as cur:
                 self._mirror.replace_rows(
                     table, described.columns, _copy_pages(cur, described), tag
