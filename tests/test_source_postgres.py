@@ -262,6 +262,13 @@ def test_bad_input_is_refused_and_nothing_is_created(
         add_source(db, "Bank", postgres=source_dsn, tables="accounts,nokey")
     with pytest.raises(NotFound, match=r"no table public\.missing"):
         add_source(db, "Bank", postgres=source_dsn, tables="missing")
+    _execute(
+        source_dsn,
+        "CREATE TABLE parted (id int PRIMARY KEY) PARTITION BY RANGE (id)",
+        "CREATE TABLE parted_low PARTITION OF parted FOR VALUES FROM (0) TO (10)",
+    )
+    with pytest.raises(FailedPrecondition, match=r"partitioned.*\(parted_low\)"):
+        add_source(db, "Bank", postgres=source_dsn, tables="parted")
     _execute(source_dsn, "CREATE TABLE shapes (id int PRIMARY KEY, p point)")
     with pytest.raises(changestream.InvalidArgument, match=r"'p' of public\.shapes has type point"):
         add_source(db, "Bank", postgres=source_dsn, tables="shapes")
@@ -279,6 +286,24 @@ def test_bad_input_is_refused_and_nothing_is_created(
     add_source(db, "Bank", postgres=source_dsn, tables="accounts")
     with pytest.raises(AlreadyExists, match="source Bank already exists"):
         add_source(db, "Bank", postgres=source_dsn, tables="accounts")
+
+
+def test_a_partitioned_table_is_captured_through_its_partitions(source_dsn: str, db: Any) -> None:
+    """Logical decoding sends a partitioned table's changes under its partitions' names: the
+    table itself is refused (above), and left out of the default tables; its partitions are
+    mirrored, whatever table the statements name."""
+    _execute(
+        source_dsn,
+        "CREATE TABLE parted (id bigint PRIMARY KEY, v text) PARTITION BY RANGE (id)",
+        "CREATE TABLE parted_low PARTITION OF parted FOR VALUES FROM (0) TO (100)",
+        "INSERT INTO parted VALUES (1, 'a')",
+    )
+    add_source(db, "Bank", postgres=source_dsn)
+    assert describe_source(db, "Bank")["tables"] == ["public.accounts", "public.parted_low"]
+    run_source(db, "Bank", until_caught_up=True)
+    _execute(source_dsn, "INSERT INTO parted VALUES (2, 'b')", "UPDATE parted SET v = 'c'")
+    run_source(db, "Bank", until_caught_up=True)
+    assert _mirror_rows(db, "public_parted_low", ["id", "v"]) == [(1, "c"), (2, "c")]
 
 
 def test_a_second_connector_of_a_running_source_is_refused(source_dsn: str, db: Any) -> None:

@@ -96,11 +96,12 @@ def check_server(conn: Any) -> None:
 
 
 def all_tables(conn: Any) -> tuple[str, ...]:
-    """Every ordinary table of the ``public`` schema, as ``public.table``."""
+    """Every ordinary table of the ``public`` schema (a partitioned one's partitions, not the
+    table itself), as ``public.table``."""
     with conn.cursor() as cur:
         cur.execute(
             "SELECT relname FROM pg_class WHERE relnamespace = 'public'::regnamespace "
-            "AND relkind IN ('r', 'p') ORDER BY relname"
+            "AND relkind = 'r' ORDER BY relname"
         )
         return tuple(f"public.{name}" for (name,) in cur.fetchall())
 
@@ -124,6 +125,18 @@ def describe(conn: Any, table: str, mirror: str) -> MirroredTable:
     if oid is None:
         raise NotFound(f"the source has no table {table}")
     with conn.cursor() as cur:
+        cur.execute(
+            "SELECT array(SELECT inhrelid::regclass::text FROM pg_inherits "
+            "WHERE inhparent = %s ORDER BY 1) FROM pg_class WHERE oid = %s AND relkind = 'p'",
+            (oid, oid),
+        )
+        partitioned = cur.fetchone()
+        if partitioned is not None:
+            raise FailedPrecondition(
+                f"source table {table} is partitioned: logical decoding sends its changes "
+                "under its partitions' names; capture its partitions instead "
+                f"({', '.join(partitioned[0]) or 'it has none yet'})"
+            )
         cur.execute(
             "SELECT a.attname, "
             "CASE WHEN t.typcategory = 'A' THEN e.typname ELSE t.typname END, "
