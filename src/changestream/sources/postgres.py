@@ -56,6 +56,10 @@ WAIT_S = 0.5
 _PUBLISH_ATTEMPTS = 10
 
 
+class _MadeAnew(Exception):
+    """The stream met a table made anew under a captured name: it stops, for the copy."""
+
+
 class PostgresConnector(Connector):
     """Keeps the mirror tables of one PostgreSQL source up to date."""
 
@@ -101,11 +105,14 @@ class PostgresConnector(Connector):
                     self._followed.follow(name, pg_catalog.table_oid(conn, name))
             if not copied and not self._copy(conn, described, stop):
                 return self.summary  # stopped mid-copy: the next run resumes it
-            if copied:
+            while True:
                 self._copy_made_anew(conn)
-            marker = pg_catalog.emit_marker(conn) if until_caught_up else None
-            self._follow(conn, stop, marker)
-        return self.summary
+                marker = pg_catalog.emit_marker(conn) if until_caught_up else None
+                try:
+                    self._follow(conn, stop, marker)
+                except _MadeAnew:
+                    continue
+                return self.summary
 
     # -- the initial copy ----------------------------------------------------------------
 
@@ -292,9 +299,12 @@ class PostgresConnector(Connector):
         if table not in self._definition.tables or self._followed.copied_by(table, begin.final_lsn):
             return changes
         if found.oid is not None and found.oid != self._followed.oids.get(table):
-            # Another table has the name now: created, or renamed to it.
-            self._copy_anew(conn, table, tag)
-            return changes
+            # Another table has the name now (created, or renamed to it): it is copied with
+            # the stream stopped (the server ends a stream that sends no feedback for a
+            # minute), which then starts again where this transaction does.
+            self._followed.follow(table, None)
+            self._mirror.save_column_identities(self._followed.to_json())
+            raise _MadeAnew
         return self._follow_columns(conn, found, tag, changes)
 
     def _follow_drop(
@@ -320,27 +330,27 @@ class PostgresConnector(Connector):
 
     def _copy_made_anew(self, conn: Any) -> None:
         """Before streaming: copy again each table that is not the one its mirror follows
-        (dropped and created again while no connector ran) or that the publication lost (a
-        drop does that), or whose copy again was cut short."""
+        (made anew: while the stream ran, or while no connector ran) or that the publication
+        lost (a drop does that), or whose copy again was cut short."""
         published = pg_catalog.published_tables(conn, self._definition.publication)
         for table in self._definition.tables:
             now = pg_catalog.table_oid(conn, table)
             if self._followed.oids.get(table) != now or table not in published:
-                lsn = lsn_text(pg_catalog.current_lsn(conn))
-                self._copy_anew(conn, table, source_tag(self._definition.name, "", lsn))
+                self._copy_anew(conn, table)
 
-    def _copy_anew(self, conn: Any, table: str, tag: str) -> None:
+    def _copy_anew(self, conn: Any, table: str) -> None:
         """Source table ``table`` is another table than the mirror follows (created again, or
         renamed to the name): publish it, then make its mirror equal to it (emptied, then
-        copied in key order, as changes tagged ``tag``) from a snapshot taken after the
-        publication did, so every change after the snapshot comes in the stream. Changes up
-        to there may be in both: applied idempotently. Trigger messages of the table up to
-        the LSN before the snapshot are in the copy and left out."""
+        copied in key order, as changes tagged with the LSN of the copy) from a snapshot taken
+        after the publication did, so every change after the snapshot comes in the stream.
+        Changes up to there may be in both: applied idempotently. Trigger messages of the
+        table up to the LSN before the snapshot are in the copy and left out."""
         definition = self._definition
         self._followed.follow(table, None)  # a copy cut short is made again
         self._mirror.save_column_identities(self._followed.to_json())
         with pg_catalog.session(definition.dsn) as snap:
             before = self._published_snapshot(conn, snap, table)
+            tag = source_tag(definition.name, lsn_text(before), lsn_text(before))
             described = pg_catalog.describe(snap, table, definition.mirror(table))
             self._mirror.reshape(described)
             self._followed.columns[table] = pg_columns.identities(snap, table)
