@@ -697,6 +697,40 @@ def test_the_table_of_a_captured_name_is_followed_through_renames(source_dsn: st
     assert _mirror_rows(db, "public_accounts", columns) == [(1, "old"), (2, "old")]
 
 
+def test_a_copy_longer_than_the_servers_stream_timeout_keeps_the_run_going(
+    source_dsn: str, db: Any
+) -> None:
+    """A table made anew while the stream runs is copied with the stream stopped (a copy
+    longer than the server's ``wal_sender_timeout``, 1 s here, must not end the run), then
+    the stream goes on where the statement's transaction does: 200,000 rows copied, and the
+    change after them."""
+    database = source_dsn.split("dbname=")[1].split()[0]
+    _execute(source_dsn, f"ALTER DATABASE {database} SET wal_sender_timeout = '1s'")
+    add_source(db, "Bank", postgres=source_dsn)
+    run_source(db, "Bank", until_caught_up=True)
+    stop = threading.Event()
+    runner = threading.Thread(target=run_source, args=(db, "Bank"), kwargs={"stop": stop})
+    runner.start()
+    try:
+        _execute(source_dsn, "INSERT INTO accounts (id, owner) VALUES (0, 'first')")
+        wait_while_running(lambda: bool(db.read("public_accounts", [[0]], ["id"])), runner)
+        _execute(
+            source_dsn,
+            "DROP TABLE accounts",
+            ACCOUNTS,
+            "INSERT INTO accounts (id, owner) SELECT g, 'made' FROM generate_series(1, 200000) g",
+        )
+        _execute(source_dsn, "INSERT INTO accounts (id, owner) VALUES (0, 'last')")
+        wait_while_running(
+            lambda: db.read("public_accounts", [[0]], ["owner"]) == [("last",)], runner
+        )
+    finally:
+        stop.set()
+        runner.join(timeout=60)
+    assert not runner.is_alive()
+    assert _mirror_count(db) == 200_001
+
+
 def _made_again_and_again(dsn: str, times: int, rows: int) -> None:
     """Drop the table and make it again ``times`` times, each time with ``rows`` rows
     written in transactions of 1,000, and some updated and deleted."""
