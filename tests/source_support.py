@@ -3,6 +3,7 @@ source's copy, and a workload in a thread."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
@@ -10,12 +11,12 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import changestream
 from changestream.clock import now_us
-from changestream.sources import describe_source
+from changestream.sources import describe_source, run_source
 from changestream.streams.origins import source_of_tag
 
 
@@ -67,6 +68,23 @@ def wait_while_running(done: Callable[[], bool], runner: threading.Thread) -> No
     while not done():
         assert runner.is_alive() and time.monotonic() < deadline
         time.sleep(0.05)
+
+
+@contextlib.contextmanager
+def running_source(
+    db: changestream.EmbeddedDatabase, name: str = "Bank"
+) -> Iterator[threading.Thread]:
+    """``run_source(db, name)`` in a thread while the block runs (the thread is given to
+    ``wait_while_running``); then stopped, and it must end within 60 s."""
+    stop = threading.Event()
+    runner = threading.Thread(target=run_source, args=(db, name), kwargs={"stop": stop})
+    runner.start()
+    try:
+        yield runner
+    finally:
+        stop.set()
+        runner.join(timeout=60)
+    assert not runner.is_alive()
 
 
 def start_connector(path: str, name: str = "Bank") -> subprocess.Popen[bytes]:

@@ -41,6 +41,7 @@ from tests.source_support import (
     Writer,
     captured_transactions,
     kill_while_writing,
+    running_source,
     start_connector,
     wait_until_streaming,
     wait_while_running,
@@ -209,16 +210,9 @@ def test_a_random_workload_with_columns_added_and_dropped_leaves_the_mirror_equa
 ) -> None:
     _seed(source_dsn, 300)
     add_source(db, "Bank", mysql=source_dsn)
-    stop = threading.Event()
-    runner = threading.Thread(target=run_source, args=(db, "Bank"), kwargs={"stop": stop})
-    runner.start()
-    try:
+    with running_source(db):
         wait_until_streaming(db, "Bank")
         _workload(source_dsn, 7, 120, 60)
-    finally:
-        stop.set()
-        runner.join(timeout=60)
-    assert not runner.is_alive()
     run_source(db, "Bank", until_caught_up=True)
     database = _database(source_dsn)
     (mirror,) = [t for t in db.tables() if t.name == f"{database}_accounts"]
@@ -312,10 +306,7 @@ def test_columns_dropped_and_added_again_or_renamed_keep_the_mirror_equal(
         ("cy", 9.5),
         ("di", 4.5),
     ]
-    stop = threading.Event()
-    runner = threading.Thread(target=run_source, args=(db, "Bank"), kwargs={"stop": stop})
-    runner.start()
-    try:
+    with running_source(db) as runner:
         # Once the connector follows the binlog (a run starting during an ALTER TABLE may
         # find no table in the server's catalog, and stop with that error).
         _execute(source_dsn, "UPDATE accounts SET balance = 1 WHERE id = 1")
@@ -327,10 +318,6 @@ def test_columns_dropped_and_added_again_or_renamed_keep_the_mirror_equal(
             "INSERT INTO accounts (id, Owner, ratio) VALUES (5, 'ed', 'five')",
         )
         wait_while_running(lambda: bool(db.read(f"{database}_accounts", [[5]], ["id"])), runner)
-    finally:
-        stop.set()
-        runner.join(timeout=60)
-    assert not runner.is_alive()
     columns = ["id", "Owner", "ratio", "balance"]
     assert _mirror_rows(db, database, columns) == _source_rows(source_dsn, columns)
     assert [r[1:3] for r in _mirror_rows(db, database, columns)] == [
@@ -486,10 +473,7 @@ def test_the_table_of_a_captured_name_is_followed_through_renames(source_dsn: st
         (1, "first", decimal.Decimal("1.00")),
         (2, "o2", decimal.Decimal("2.00")),
     ]
-    stop = threading.Event()
-    runner = threading.Thread(target=run_source, args=(db, "Bank"), kwargs={"stop": stop})
-    runner.start()
-    try:
+    with running_source(db) as runner:
         # Once the run follows the binlog (one starting without the table would stop).
         _execute(source_dsn, "UPDATE accounts SET owner = 'second' WHERE id = 2")
         wait_while_running(lambda: _mirror_rows(db, database, ["owner"])[1] == ("second",), runner)
@@ -503,10 +487,6 @@ def test_the_table_of_a_captured_name_is_followed_through_renames(source_dsn: st
             ),
             runner,
         )
-    finally:
-        stop.set()
-        runner.join(timeout=60)
-    assert not runner.is_alive()
     columns = ["id", "owner", "active"]
     assert _mirror_rows(db, database, columns) == _source_rows(source_dsn, columns)
 

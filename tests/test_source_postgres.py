@@ -34,6 +34,7 @@ from tests.source_support import (
     Writer,
     captured_transactions,
     kill_while_writing,
+    running_source,
     start_connector,
     wait_until_streaming,
     wait_while_running,
@@ -192,16 +193,9 @@ def test_a_random_workload_leaves_the_mirror_equal_and_each_transaction_once(
         "INSERT INTO accounts (id, owner) SELECT g, 'seed' FROM generate_series(1, 300) g",
     )
     add_source(db, "Bank", postgres=source_dsn)
-    stop = threading.Event()
-    runner = threading.Thread(target=run_source, args=(db, "Bank"), kwargs={"stop": stop})
-    runner.start()
-    try:
+    with running_source(db):
         wait_until_streaming(db, "Bank")  # commits before it are in the copy, not the stream
         _workload(source_dsn, seed=7, transactions=120, alter_at=60)
-    finally:
-        stop.set()
-        runner.join(timeout=60)
-    assert not runner.is_alive()
     run_source(db, "Bank", until_caught_up=True)
     columns = ["id", "owner", "balance", "active", "note"]
     assert _mirror_rows(db, "public_accounts", columns) == _source_rows(
@@ -510,10 +504,7 @@ def test_columns_renamed_or_dropped_and_added_again_are_followed(source_dsn: str
         ("cy", decimal.Decimal("9.5")),
         ("di", decimal.Decimal("4.5")),
     ]
-    stop = threading.Event()
-    runner = threading.Thread(target=run_source, args=(db, "Bank"), kwargs={"stop": stop})
-    runner.start()
-    try:
+    with running_source(db) as runner:
         _execute(source_dsn, "UPDATE accounts SET active = false WHERE id = 1")
         wait_while_running(
             lambda: db.read("public_accounts", [[1]], ["active"]) == [(False,)], runner
@@ -526,10 +517,6 @@ def test_columns_renamed_or_dropped_and_added_again_are_followed(source_dsn: str
             "INSERT INTO accounts (id, keeper, active) VALUES (5, 'ed', 'yes')",
         )
         wait_while_running(lambda: bool(db.read("public_accounts", [[5]], ["id"])), runner)
-    finally:
-        stop.set()
-        runner.join(timeout=60)
-    assert not runner.is_alive()
     columns = ["id", "keeper", "active", "balance"]
     assert _mirror_rows(db, "public_accounts", columns) == _source_rows(
         source_dsn, "accounts", columns
@@ -599,10 +586,7 @@ def test_a_table_dropped_and_created_again_is_copied_again(source_dsn: str, db: 
     # (Copied again as the table made anew it may be: its rows deleted, then inserted.)
     assert sorted(_deleted_keys(db)) == [1, 2, 3, 4]
     table = table.replace("score", "points")
-    stop = threading.Event()
-    runner = threading.Thread(target=run_source, args=(db, "Bank"), kwargs={"stop": stop})
-    runner.start()
-    try:
+    with running_source(db) as runner:
         # Once the run follows the slot (one starting without the table would stop).
         _execute(source_dsn, "UPDATE accounts SET points = 1 WHERE id = 3")
         wait_while_running(lambda: db.read("public_accounts", [[3]], ["points"]) == [(1,)], runner)
@@ -633,10 +617,6 @@ def test_a_table_dropped_and_created_again_is_copied_again(source_dsn: str, db: 
             ),
             runner,
         )
-    finally:
-        stop.set()
-        runner.join(timeout=60)
-    assert not runner.is_alive()
     assert _mirror_rows(db, "public_accounts", columns) == _source_rows(
         source_dsn, "accounts", columns
     )
@@ -654,10 +634,7 @@ def test_the_table_of_a_captured_name_is_followed_through_renames(source_dsn: st
     add_source(db, "Bank", postgres=source_dsn)
     run_source(db, "Bank", until_caught_up=True)
     columns = ["id", "owner"]
-    stop = threading.Event()
-    runner = threading.Thread(target=run_source, args=(db, "Bank"), kwargs={"stop": stop})
-    runner.start()
-    try:
+    with running_source(db) as runner:
         # Once the run follows the slot (one starting without the table would stop).
         _execute(source_dsn, "UPDATE accounts SET active = true WHERE id = 1")
         wait_while_running(
@@ -677,10 +654,6 @@ def test_the_table_of_a_captured_name_is_followed_through_renames(source_dsn: st
         _execute(source_dsn, "UPDATE accounts_old SET owner = 'old'")
         _execute(source_dsn, "INSERT INTO accounts (id, owner) VALUES (4, 'di')")
         wait_while_running(lambda: len(_mirror_rows(db, "public_accounts", columns)) == 4, runner)
-    finally:
-        stop.set()
-        runner.join(timeout=60)
-    assert not runner.is_alive()
     assert _mirror_rows(db, "public_accounts", columns) == [
         (1, "ana!"),
         (2, "bo!"),
@@ -708,10 +681,7 @@ def test_a_copy_longer_than_the_servers_stream_timeout_keeps_the_run_going(
     _execute(source_dsn, f"ALTER DATABASE {database} SET wal_sender_timeout = '1s'")
     add_source(db, "Bank", postgres=source_dsn)
     run_source(db, "Bank", until_caught_up=True)
-    stop = threading.Event()
-    runner = threading.Thread(target=run_source, args=(db, "Bank"), kwargs={"stop": stop})
-    runner.start()
-    try:
+    with running_source(db) as runner:
         _execute(source_dsn, "INSERT INTO accounts (id, owner) VALUES (0, 'first')")
         wait_while_running(lambda: bool(db.read("public_accounts", [[0]], ["id"])), runner)
         _execute(
@@ -724,10 +694,6 @@ def test_a_copy_longer_than_the_servers_stream_timeout_keeps_the_run_going(
         wait_while_running(
             lambda: db.read("public_accounts", [[0]], ["owner"]) == [("last",)], runner
         )
-    finally:
-        stop.set()
-        runner.join(timeout=60)
-    assert not runner.is_alive()
     assert _mirror_count(db) == 200_001
 
 
