@@ -303,15 +303,17 @@ class Mirror:
                 tx.delete(table.mirror, KeyRange(start_closed=(), end_closed=()))
 
     def column_identities(self) -> dict[str, Any] | None:
-        """What the connector kept of which source column is which, as of the source's
-        position (see :meth:`save_column_identities`), or None when it kept nothing."""
+        """What the connector kept of which source column and table is which, as of the
+        source's position (see :meth:`save_column_identities`), or None when it kept
+        nothing."""
         document = self._db.system_documents(COLUMNS_KIND).get(self._definition.name)
         return None if document is None else dict(document.body)
 
     def save_column_identities(self, body: Mapping[str, Any]) -> None:
-        """Keep which source column is which (PostgreSQL: each column's number and type):
-        saved after the mirror followed the statement that changed them, so one read again
-        after a crash changes nothing twice."""
+        """Keep which source column and table is which (PostgreSQL: each column's number and
+        type, each table's oid; see ``pg_columns.Followed``): saved after the mirror followed
+        the statement that changed them, so one read again after a crash changes nothing
+        twice."""
         with self._db.transaction(exclude_txn_from_change_streams=True) as tx:
             tx.put_system_document(COLUMNS_KIND, self._definition.name, body)
 
