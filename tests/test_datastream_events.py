@@ -18,8 +18,8 @@ from changestream.clock import now_us
 from changestream.datastream.events import (
     BACKFILL_READ_METHOD,
     CDC_READ_METHOD,
+    CdcBuilder,
     CdcMod,
-    _CdcBuilder,
     backfill_events,
     cdc_events,
     schema_key,
@@ -104,7 +104,7 @@ def test_the_mods_of_a_record_get_the_uuids_of_the_recipe(
     # A record's events share the first parts of their uuids' identity, worked out once;
     # each must still be the UUID 5 of its whole identity.
     table = table_of(SAMPLE_DDL)
-    build = _CdcBuilder(stream, "db", table, 1)
+    build = CdcBuilder(stream, "db", table, 1)
     mods = [({"THIS_IS_MY_PK": str(i)}, {"FIELD1": "a", "FIELD2": "b"}, {}) for i in range(count)]
     events = build.record(ts, tx_id, sequence, "INSERT", mods, first_index=first)
     namespace = uuid.UUID("6b19f7f1-b143-460a-aabc-117f902a791b")

@@ -29,7 +29,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -234,9 +234,9 @@ class Event(msgspec.Struct, frozen=True, gc=False):
         """The event as the seed's JSON object."""
         plan = plan_of(self)
         if self.record_payload is not None:
-            payload = _encoded(self.record_payload, plan.record_to_event)
+            payload = encoded_values(self.record_payload, plan.record_to_event)
         else:
-            payload = _encoded(self.payload, plan.json_encoders)
+            payload = encoded_values(self.payload, plan.json_encoders)
         return {
             "stream_name": self.stream_name,
             "read_method": self.read_method,
@@ -255,8 +255,9 @@ class Event(msgspec.Struct, frozen=True, gc=False):
 _EVENT_DATA: Final = Event.__struct_fields__[: Event.__struct_fields__.index("table")]
 
 
-def _encoded(values: dict[str, Any], encoders: Mapping[str, Codec]) -> dict[str, Any]:
-    """``values`` with each value whose column has an encoder in ``encoders`` encoded."""
+def encoded_values(values: dict[str, Any], encoders: Mapping[str, Codec]) -> dict[str, Any]:
+    """``values`` with each value whose column has an encoder in ``encoders`` encoded (a
+    copy)."""
     out = dict(values)
     for name, encode in encoders.items():
         out[name] = encode(out[name])
@@ -394,7 +395,7 @@ def cdc_events(
     INSERT or UPDATE payload is the keys plus the new values; a DELETE payload is the keys plus
     the old values, which are empty under ``NEW_ROW`` (the other columns are then null).
     """
-    build = _CdcBuilder(stream_name, database, table, read_timestamp_us)
+    build = CdcBuilder(stream_name, database, table, read_timestamp_us)
     return [
         build(
             mod.commit_timestamp,
@@ -420,17 +421,9 @@ def record_events(
 ) -> list[Event]:
     """:func:`cdc_events` of every mod of ``records`` (data change records of ``table``; with
     ``origin``, a mirror table of a source database, whose metadata the events carry)."""
-    build = _CdcBuilder(stream_name, database, table, read_timestamp_us, origin)
-    names = frozenset(c.name for c in table.columns)
-    added = _AddedColumns(table)
+    build = CdcBuilder(stream_name, database, table, read_timestamp_us, origin)
     events: list[Event] = []
-    for record in records:
-        fit = _fitting(record, names, added)
-        mods: Iterable[tuple[Mapping[str, Any], Mapping[str, Any], Mapping[str, Any]]] = (
-            (m.keys, m.new_values, m.old_values) for m in record.mods
-        )
-        if fit is not None:
-            mods = ((keys, fit(new), fit(old)) for keys, new, old in mods)
+    for record, mods in fitted_mods(table, records):
         events += build.record(
             record.commit_timestamp,
             record.server_transaction_id,
@@ -440,6 +433,24 @@ def record_events(
             record.transaction_tag,
         )
     return events
+
+
+Mods = Iterable[tuple[Mapping[str, Any], Mapping[str, Any], Mapping[str, Any]]]
+
+
+def fitted_mods(
+    table: Table, records: Iterable[DataChangeRecord]
+) -> Iterator[tuple[DataChangeRecord, Mods]]:
+    """Each of ``records`` (of ``table``) with its mods' (keys, new values, old values), the
+    values fitted to the table as it is now (see :func:`_fitting`)."""
+    names = frozenset(c.name for c in table.columns)
+    added = _AddedColumns(table)
+    for record in records:
+        fit = _fitting(record, names, added)
+        mods: Mods = ((m.keys, m.new_values, m.old_values) for m in record.mods)
+        if fit is not None:
+            mods = ((keys, fit(new), fit(old)) for keys, new, old in mods)
+        yield record, mods
 
 
 def written_against(record: DataChangeRecord, columns: Iterable[str] | None = None) -> Table:
@@ -510,7 +521,19 @@ def _fitting(
     }
 
 
-class _CdcBuilder:
+class Change(msgspec.Struct, frozen=True, gc=False):
+    """What one mod makes of its CDC event besides what its record gives: its index in the
+    record, its uuid, its row as the change record holds it (``stored``) and decoded
+    (``row``), and the mod's old values."""
+
+    mod_index: int
+    uuid: str
+    stored: dict[str, Any]
+    row: dict[str, Any]
+    old_values: Mapping[str, Any]
+
+
+class CdcBuilder:
     """Builds the CDC events of one table read at one time (what they share, computed once)."""
 
     def __init__(
@@ -557,28 +580,35 @@ class _CdcBuilder:
         tx_id: str,
         record_sequence: str,
         mod_type: str,
-        mods: Iterable[tuple[Mapping[str, Any], Mapping[str, Any], Mapping[str, Any]]],
+        mods: Mods,
         transaction_tag: str = "",
         first_index: int = 0,
     ) -> list[Event]:
         """The events of one record's mods (keys, new values, old values), numbered from
         ``first_index``; what the mods share is worked out once."""
+        changes = self.changes(ts, tx_id, record_sequence, mod_type, mods, first_index)
+        return self.events(ts, tx_id, record_sequence, mod_type, transaction_tag, changes)
+
+    def changes(
+        self,
+        ts: int,
+        tx_id: str,
+        record_sequence: str,
+        mod_type: str,
+        mods: Mods,
+        first_index: int = 0,
+    ) -> Iterator[Change]:
+        """What each of one record's mods makes of its event: its :class:`Change`, the mods
+        checked and their rows decoded."""
         plan, table = self.plan, self.table
         if mod_type not in CHANGE_TYPES:
             raise InvalidArgument(
                 f"mod_type must be one of {', '.join(CHANGE_TYPES)}, got {mod_type!r}"
             )
         deleted = mod_type == "DELETE"
-        updated = mod_type == "UPDATE"
-        obj, stream_name = self.object, self.stream_name
-        source_tx_id, lsn = tx_id, None
-        if self.origin is not None:
-            # What the source wrote in the tag: its own transaction id and position.
-            source_tx_id, lsn = source_of_tag(transaction_tag) or (tx_id, None)
-        sequence = int(record_sequence)
         # The uuid's JSON parts but for the mod index, which closes them per mod.
-        head = orjson.dumps(("cdc", stream_name, obj, ts, tx_id, record_sequence))[:-1] + b","
-        events: list[Event] = []
+        head = orjson.dumps(("cdc", self.stream_name, self.object, ts, tx_id, record_sequence))
+        head = head[:-1] + b","
         for mod_index, (keys, new_values, old_values) in enumerate(mods, first_index):
             if deleted:
                 stored, row = _decode_row(plan, table, (keys, old_values))
@@ -593,36 +623,58 @@ class _CdcBuilder:
                         "track every column"
                     )
                 stored, row = _decode_row(plan, table, (keys, new_values))
-            events.append(
-                Event(
-                    stream_name=stream_name,
-                    read_method=self.read_method,
-                    object=obj,
-                    schema_key=plan.schema_key,
-                    uuid=_uuid_of(b"%s%d]" % (head, mod_index)),
-                    read_timestamp=self.read_us,
-                    source_timestamp=ts,
-                    sort_keys=(ts, CDC_RANK, sequence, mod_index),
-                    source_metadata=SourceMetadata(
-                        database=self.database,
-                        table=table.name,
-                        is_deleted=deleted,
-                        change_type=mod_type,
-                        tx_id=source_tx_id,
-                        commit_timestamp=ts,
-                        record_sequence=record_sequence,
-                        mod_index=mod_index,
-                        primary_keys=table.primary_key,
-                        origin=self.origin,
-                        lsn=lsn,
-                    ),
-                    payload=row,
-                    table=table,
-                    record_payload=stored,
-                    record_old_values=old_values if updated and old_values else None,
-                )
+            uuid = _uuid_of(b"%s%d]" % (head, mod_index))
+            yield Change(mod_index, uuid, stored, row, old_values)
+
+    def events(
+        self,
+        ts: int,
+        tx_id: str,
+        record_sequence: str,
+        mod_type: str,
+        transaction_tag: str,
+        changes: Iterable[Change],
+    ) -> list[Event]:
+        """The events of one record's :meth:`changes`."""
+        plan, table = self.plan, self.table
+        deleted = mod_type == "DELETE"
+        updated = mod_type == "UPDATE"
+        obj, stream_name = self.object, self.stream_name
+        source_tx_id, lsn = tx_id, None
+        if self.origin is not None:
+            # What the source wrote in the tag: its own transaction id and position.
+            source_tx_id, lsn = source_of_tag(transaction_tag) or (tx_id, None)
+        sequence = int(record_sequence)
+        return [
+            Event(
+                stream_name=stream_name,
+                read_method=self.read_method,
+                object=obj,
+                schema_key=plan.schema_key,
+                uuid=change.uuid,
+                read_timestamp=self.read_us,
+                source_timestamp=ts,
+                sort_keys=(ts, CDC_RANK, sequence, change.mod_index),
+                source_metadata=SourceMetadata(
+                    database=self.database,
+                    table=table.name,
+                    is_deleted=deleted,
+                    change_type=mod_type,
+                    tx_id=source_tx_id,
+                    commit_timestamp=ts,
+                    record_sequence=record_sequence,
+                    mod_index=change.mod_index,
+                    primary_keys=table.primary_key,
+                    origin=self.origin,
+                    lsn=lsn,
+                ),
+                payload=change.row,
+                table=table,
+                record_payload=change.stored,
+                record_old_values=change.old_values if updated and change.old_values else None,
             )
-        return events
+            for change in changes
+        ]
 
 
 def backfill_events(
@@ -663,7 +715,7 @@ def backfill_events(
                 f"({', '.join(plan.names)}), got {len(row)}"
             )
         payload = dict(zip(plan.names, row, strict=True))
-        encoded = list(_encoded(payload, plan.json_encoders).values())
+        encoded = list(encoded_values(payload, plan.json_encoders).values())
         events.append(
             Event(
                 stream_name=stream_name,

@@ -39,6 +39,8 @@ from changestream.datastream.layout import event_files as event_files
 from changestream.errors import InvalidArgument
 
 FORMATS: Final = ("json", "avro")
+#: The formats whose files hold one JSON line per event (``json.gz``: ``json`` compressed).
+JSON_FORMATS: Final = ("json", "json.gz")
 DEFAULT_MAX_FILE_BYTES: Final = 50 * 1024 * 1024
 DEFAULT_MAX_FILE_SECONDS: Final = 60.0
 # Fixed so deterministic file names stay the same across processes and releases.
@@ -61,7 +63,10 @@ class _JsonSink:
         self._size = 0
 
     def write(self, event: Event) -> int:
-        line = orjson.dumps(event.to_json_dict(), option=orjson.OPT_APPEND_NEWLINE)
+        return self.write_line(orjson.dumps(event.to_json_dict(), option=orjson.OPT_APPEND_NEWLINE))
+
+    def write_line(self, line: bytes) -> int:
+        """Write an event's JSON line as it is; return the file's size so far."""
         self._fo.write(line)
         self._size += len(line)
         return self._size
@@ -172,6 +177,13 @@ class EventFile:
 
     def write(self, event: Event) -> None:
         self.size = self._sink.write(event)
+        self.events += 1
+
+    def write_line(self, line: bytes) -> None:
+        """Write an event already turned into its JSON line (JSON formats only)."""
+        if not isinstance(self._sink, _JsonSink):
+            raise TypeError(f"{self.path.name} is no JSON file: it takes events, not lines")
+        self.size = self._sink.write_line(line)
         self.events += 1
 
     def commit(self) -> None:

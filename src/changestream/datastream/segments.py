@@ -110,6 +110,19 @@ class SegmentWriter:
             if file.size >= self.max_file_bytes:
                 self._finish(lane)
 
+    def write_lines(self, first: Event, lines: Iterable[bytes]) -> None:
+        """Write the JSON lines of events of one lane (JSON formats): ``first`` is the
+        first of those events, which says the lane."""
+        lane = (first.object, first.schema_key)
+        file = self._open.get(lane)
+        for line in lines:
+            if file is None:
+                file = self._start(first)
+            file.write_line(line)
+            if file.size >= self.max_file_bytes:
+                self._finish(lane)
+                file = None
+
     def _start(self, event: Event) -> EventFile:
         lane = (event.object, event.schema_key)
         part = self._parts.get(lane, 0)

@@ -24,12 +24,14 @@ from typing import Any, Final
 import pyarrow as pa
 from pyspark import SparkContext, TaskContext
 
+from changestream.datastream.event_columns import CdcColumns, record_columns
 from changestream.datastream.events import (
     Event,
     backfill_events,
     record_events,
     written_against,
 )
+from changestream.datastream.files import JSON_FORMATS
 from changestream.datastream.segments import (
     BACKFILL_LANE,
     CDC_LANE,
@@ -109,6 +111,17 @@ class TaskPlan:
             return None
         return written_against(record, self.include.get(name))
 
+    def origin_of(self, table: Table) -> TableOrigin | None:
+        """The source-database table whose metadata the events of ``table`` carry: its
+        origin when it is the table as it is now (a former table's events carry none)."""
+        return self.origins.get(table.name) if table is self.tables.get(table.name) else None
+
+    @property
+    def by_columns(self) -> bool:
+        """Whether tasks build events as :class:`CdcColumns` (JSON files and a replica of
+        current rows) rather than one :class:`Event` each (Avro files, a history)."""
+        return self.format in JSON_FORMATS and not self.append_only
+
     def writer(self, lane: str, seq: int, task: int) -> SegmentWriter:
         return SegmentWriter(
             Path(self.segments),
@@ -155,6 +168,16 @@ class _Staging:
             if table_events:
                 self.parts[table].append(self.plan.replicas[table].source_rows(table_events))
 
+    def add_columns(self, columns: CdcColumns) -> None:
+        """Stage ``columns`` if they are changes of a table as it is now."""
+        table = columns.first.table
+        if self.plan.replica is None or table is not self.plan.tables.get(table.name):
+            return
+        replica = self.plan.replicas[table.name]
+        self.parts[table.name].append(
+            replica.change_rows(columns.rows, columns.sort_keys, columns.uuids, columns.deleted)
+        )
+
     def write(self, batch_key: str, task: int) -> list[Summary]:
         out: list[Summary] = []
         for table, parts in self.parts.items():
@@ -191,13 +214,15 @@ def collection_paused() -> Iterator[None]:
 _EVENTS_PER_CHUNK: Final = 8192
 
 
-def range_events(
+Groups = list[tuple[Table, list[DataChangeRecord]]]
+
+
+def _range_groups(
     plan: TaskPlan, db: PipelineDatabase, change_stream: str, read: ReadRange
-) -> Iterator[list[Event]]:
-    """The events of the plan's tables in one partition range, in commit order, a chunk at a
-    time. Their read timestamp is the range's end, so a replay produces the same events."""
-    # By the table each record makes events of (by identity: a former table can have the
-    # shape of today's, which must keep its own events), with the records of each.
+) -> Iterator[Groups]:
+    """The records of the plan's tables in one partition range, in commit order, a chunk at
+    a time, grouped by the table each makes events of (by identity: a former table can have
+    the shape of today's, which must keep its own events)."""
     pending: dict[int, tuple[Table, list[DataChangeRecord]]] = {}
     former: dict[tuple[str, str], Table] = {}
     count = 0
@@ -215,20 +240,39 @@ def range_events(
         group[1].append(record)
         count += len(record.mods)
         if count >= _EVENTS_PER_CHUNK:
-            yield _events(plan, pending.values(), read.end)
+            yield list(pending.values())
             pending, count = {}, 0
     if count:
-        yield _events(plan, pending.values(), read.end)
+        yield list(pending.values())
 
 
-def _events(
-    plan: TaskPlan, groups: Iterable[tuple[Table, list[DataChangeRecord]]], read_at: int
-) -> list[Event]:
-    out: list[Event] = []
-    for table, records in groups:
-        origin = plan.origins.get(table.name) if table is plan.tables.get(table.name) else None
-        out.extend(record_events(plan.stream_name, plan.schema, table, records, read_at, origin))
-    return out
+def range_events(
+    plan: TaskPlan, db: PipelineDatabase, change_stream: str, read: ReadRange
+) -> Iterator[list[Event]]:
+    """The events of the plan's tables in one partition range, in commit order, a chunk at a
+    time. Their read timestamp is the range's end, so a replay produces the same events."""
+    for groups in _range_groups(plan, db, change_stream, read):
+        events: list[Event] = []
+        for table, records in groups:
+            events += record_events(
+                plan.stream_name, plan.schema, table, records, read.end, plan.origin_of(table)
+            )
+        yield events
+
+
+def range_columns(
+    plan: TaskPlan, db: PipelineDatabase, change_stream: str, read: ReadRange
+) -> Iterator[list[CdcColumns]]:
+    """:func:`range_events` as :class:`CdcColumns`, with their JSON lines, a table's at a
+    time."""
+    for groups in _range_groups(plan, db, change_stream, read):
+        columns = (
+            record_columns(
+                plan.stream_name, plan.schema, table, records, read.end, plan.origin_of(table)
+            )
+            for table, records in groups
+        )
+        yield [c for c in columns if c is not None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,9 +299,15 @@ class CdcTask:
         with collection_paused():
             try:
                 for read in reads:
-                    for events in range_events(self.plan, db, self.change_stream, read):
-                        writer.write(events)
-                        staging.add(events)
+                    if self.plan.by_columns:
+                        for chunk in range_columns(self.plan, db, self.change_stream, read):
+                            for columns in chunk:
+                                writer.write_lines(columns.first, columns.lines)
+                                staging.add_columns(columns)
+                    else:
+                        for events in range_events(self.plan, db, self.change_stream, read):
+                            writer.write(events)
+                            staging.add(events)
             except BaseException:
                 writer.abort()
                 raise

@@ -337,17 +337,41 @@ class DeltaReplica:
     def source_rows(self, events: Sequence[Event]) -> pa.Table:
         """The MERGE source of ``events``: per key, the row of the event with the highest
         ``sort_keys``, in the replica's schema (what tasks stage for :meth:`apply_arrow`)."""
-        latest: dict[Any, Event] = {}
-        key_of = self._key_of
         for event in events:
             self._check_belongs(event)
-            key = key_of(event.payload)
+        return self.change_rows(
+            [e.payload for e in events],
+            [e.sort_keys for e in events],
+            [e.uuid for e in events],
+            [e.is_deleted for e in events],
+        )
+
+    def change_rows(
+        self,
+        rows: Sequence[dict[str, Any]],
+        sort_keys: Sequence[tuple[int, int, int, int]],
+        uuids: Sequence[str],
+        deleted: Sequence[bool],
+    ) -> pa.Table:
+        """:meth:`source_rows` of changes of this table given as columns: their decoded
+        rows, ``sort_keys``, uuids and whether each deletes."""
+        latest: dict[Any, int] = {}
+        key_of = self._key_of
+        for at, row in enumerate(rows):
+            key = key_of(row)
             seen = latest.get(key)
-            if seen is None or event.sort_keys >= seen.sort_keys:
-                latest[key] = event
+            if seen is None or sort_keys[at] >= sort_keys[seen]:
+                latest[key] = at
         if not latest:
             return self.schema.empty_table()
-        return self._source(list(latest.values()))
+        kept = list(latest.values())
+        columns = self._payload_columns([rows[at] for at in kept])
+        columns += [
+            sort_key_texts([sort_keys[at] for at in kept]),
+            pa.array([uuids[at] for at in kept], pa.string()),
+            pa.array([deleted[at] for at in kept], pa.bool_()),
+        ]
+        return pa.Table.from_arrays(columns, schema=self.schema)
 
     def staged(self, parts: list[pa.Table]) -> pa.Table:
         """One task's :meth:`source_rows` of several micro-batch parts, as it stages them:
@@ -542,11 +566,6 @@ class DeltaReplica:
         )
         return delta
 
-    def _source(self, events: list[Event]) -> pa.Table:
-        columns = self._payload_columns([event.payload for event in events])
-        columns += self._bookkeeping(events)
-        return pa.Table.from_arrays(columns, schema=self.schema)
-
     def _payload_columns(self, payloads: list[dict[str, Any]]) -> list[pa.Array]:
         """The source's columns of rows given as payloads, in Arrow."""
         columns: list[pa.Array] = []
@@ -560,14 +579,6 @@ class DeltaReplica:
                 values = [convert(payload[name]) for payload in payloads]
             columns.append(pa.array(values, type=field.type))
         return columns
-
-    def _bookkeeping(self, events: list[Event]) -> list[pa.Array]:
-        """The values of the bookkeeping columns (after the source's) for ``events``."""
-        return [
-            sort_key_texts([e.sort_keys for e in events]),
-            pa.array([e.uuid for e in events], pa.string()),
-            pa.array([e.is_deleted for e in events], pa.bool_()),
-        ]
 
     def _source_values(self, data: pa.Table) -> list[list[Any]]:
         """The source's columns of ``data`` as Python values (as ``Database.read`` has them)."""

@@ -1,0 +1,172 @@
+"""The CDC events of one table's records as columns, without an :class:`Event` per change.
+
+A pipeline task needs two things of each change: its event's JSON line and what the replica
+stages (the decoded row, ``sort_keys``, ``uuid``, whether it deletes). Building an
+:class:`Event` and then its JSON object per change cost about half of a task's CPU; here the
+line is the record's *template* — one event of the record written as JSON with stand-ins for
+what differs between its mods (the uuid, the mod index, the payload) — with each mod's own
+parts put in. The template comes from :meth:`Event.to_json_dict`, so a line is byte for byte
+what :class:`~changestream.datastream.files.EventFile` writes for the same event
+(``tests/test_event_columns.py`` checks that over generated records and every metadata
+flavor).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import orjson
+
+from changestream.datastream.events import (
+    CDC_RANK,
+    CdcBuilder,
+    Change,
+    Event,
+    TablePlan,
+    encoded_values,
+    fitted_mods,
+    plan_of,
+)
+from changestream.ddl.schema import Table
+from changestream.streams.origins import TableOrigin
+from changestream.streams.records import DataChangeRecord
+
+# Stand-ins no event holds: a string with a NUL (JSON writes it escaped) and an index past
+# any record's mods; a template that holds them anywhere else is not used (see _template).
+_UUID: Final = "\x00changestream-uuid\x00"
+_PAYLOAD: Final = "\x00changestream-payload\x00"
+_INDEX: Final = 7_346_019_582_113_904_771
+
+
+def _json_string(text: str) -> bytes:
+    return orjson.dumps(text)
+
+
+_UUID_JSON: Final = _json_string(_UUID)[1:-1]
+_PAYLOAD_JSON: Final = _json_string(_PAYLOAD)
+_INDEX_JSON: Final = b"%d" % _INDEX
+
+
+@dataclass(slots=True)
+class CdcColumns:
+    """The CDC events of one table, in order, as columns.
+
+    ``first`` is the first of them as an :class:`Event` (what files need to know of their
+    lane: object, schema key, table, read time); ``lines`` their JSON lines, newline
+    included (empty when not asked for).
+    """
+
+    first: Event
+    lines: list[bytes] = field(default_factory=list)
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    sort_keys: list[tuple[int, int, int, int]] = field(default_factory=list)
+    uuids: list[str] = field(default_factory=list)
+    deleted: list[bool] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.uuids)
+
+
+def record_columns(
+    stream_name: str,
+    database: str,
+    table: Table,
+    records: Iterable[DataChangeRecord],
+    read_timestamp_us: int,
+    origin: TableOrigin | None = None,
+    *,
+    lines: bool = True,
+) -> CdcColumns | None:
+    """:func:`~changestream.datastream.events.record_events` of ``records`` as
+    :class:`CdcColumns` (None when they hold no mod); ``lines``: whether to write the JSON
+    lines too."""
+    build = CdcBuilder(stream_name, database, table, read_timestamp_us, origin)
+    out: CdcColumns | None = None
+    for record, mods in fitted_mods(table, records):
+        ts, tx_id, sequence = (
+            record.commit_timestamp,
+            record.server_transaction_id,
+            record.record_sequence,
+        )
+        changes = list(build.changes(ts, tx_id, sequence, record.mod_type, mods))
+        if not changes:
+            continue
+        (first,) = build.events(
+            ts, tx_id, sequence, record.mod_type, record.transaction_tag, changes[:1]
+        )
+        if out is None:
+            out = CdcColumns(first)
+        if lines:
+            template = _template(first)
+            if template is None:
+                events = build.events(
+                    ts, tx_id, sequence, record.mod_type, record.transaction_tag, changes
+                )
+                out.lines += [_line(event) for event in events]
+            else:
+                out.lines += _lines(template, plan_of(first), changes)
+        deleted = record.mod_type == "DELETE"
+        number = int(sequence)
+        out.rows += [change.row for change in changes]
+        out.sort_keys += [(ts, CDC_RANK, number, change.mod_index) for change in changes]
+        out.uuids += [change.uuid for change in changes]
+        out.deleted += [deleted] * len(changes)
+    return out
+
+
+def _lines(
+    template: tuple[bytes, list[bytes], bytes], plan: TablePlan, changes: Sequence[Change]
+) -> list[bytes]:
+    """The JSON lines of a record's events from its :func:`_template`."""
+    head, index_parts, tail = template
+    encoders = plan.record_to_event
+    payloads: Iterable[dict[str, Any]]
+    if not plan.json_encoders:
+        # Every value of the decoded row is its own event JSON (no encoder would change it).
+        payloads = (change.row for change in changes)
+    elif encoders:
+        payloads = (encoded_values(change.stored, encoders) for change in changes)
+    else:
+        payloads = (change.stored for change in changes)
+    return [
+        b"".join(
+            (
+                head,
+                change.uuid.encode(),
+                (b"%d" % change.mod_index).join(index_parts),
+                orjson.dumps(payload),
+                tail,
+            )
+        )
+        for change, payload in zip(changes, payloads, strict=True)
+    ]
+
+
+def _template(event: Event) -> tuple[bytes, list[bytes], bytes] | None:
+    """``event``'s JSON line cut where the mods of its record differ: the part before the
+    uuid, the parts between which the mod index goes, the part after the payload. None
+    when a stand-in shows up where it was not put (a name or value that holds one)."""
+    data = event.to_json_dict()
+    data["uuid"] = _UUID
+    data["payload"] = _PAYLOAD
+    data["sort_keys"][3] = _INDEX
+    metadata = data["source_metadata"]
+    if "mod_index" in metadata:
+        metadata["mod_index"] = _INDEX
+    line = orjson.dumps(data, option=orjson.OPT_APPEND_NEWLINE)
+    indexes = 1 + ("mod_index" in metadata)
+    if (
+        line.count(_UUID_JSON) != 1
+        or line.count(_PAYLOAD_JSON) != 1
+        or line.count(_INDEX_JSON) != indexes
+    ):
+        return None
+    head, rest = line.split(_UUID_JSON)
+    middle, tail = rest.split(_PAYLOAD_JSON)
+    return head, middle.split(_INDEX_JSON), tail
+
+
+def _line(event: Event) -> bytes:
+    return orjson.dumps(event.to_json_dict(), option=orjson.OPT_APPEND_NEWLINE)

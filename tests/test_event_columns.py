@@ -1,0 +1,171 @@
+"""The pipeline's columnar CDC path (``datastream.event_columns``) against the event path: from
+the same change records of a real database, the same JSON lines byte for byte, the same
+segments and the same staged replica rows, for every column type and metadata flavor."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import changestream
+from changestream import DataChangeRecord
+from changestream.datastream.event_columns import CdcColumns, record_columns
+from changestream.datastream.events import Event, record_events
+from changestream.datastream.segments import CDC_LANE, SegmentWriter
+from changestream.embedded.database import store_of
+from changestream.spark.replica import DeltaReplica
+from changestream.streams.origins import TableOrigin, source_tag
+from tests.datastream_support import ALL_TYPES_DDL, all_types_rows
+
+STREAM = "projects/p/locations/l/streams/s"
+ORIGINS = {
+    "own": None,
+    "postgresql": TableOrigin("postgresql", "pg", "public", "all_types"),
+    "mysql": TableOrigin("mysql", "my", "shop", "all_types"),
+}
+COLUMNS = [
+    "Id", "B", "I", "F", "N", "S", "Y", "D", "T", "J", "AI", "ArrS", "AN", "AD", "ArrT", "AY",
+    "AF", "AB", "AJ", "odd name-1",
+]  # fmt: skip
+
+
+def _records(db: changestream.EmbeddedDatabase, start: int) -> list[DataChangeRecord]:
+    end = store_of(db).last_commit_ts()
+    (partition,) = db.partitions("S")
+    return [
+        r
+        for r in db.read_change_stream("S", start, end, partition.token)
+        if isinstance(r, DataChangeRecord)
+    ]
+
+
+def _line(event: Event) -> bytes:
+    return orjson.dumps(event.to_json_dict(), option=orjson.OPT_APPEND_NEWLINE)
+
+
+def _assert_same(columns: CdcColumns | None, events: list[Event]) -> None:
+    assert columns is not None and len(columns) == len(events) > 0
+    assert columns.first == events[0]
+    assert columns.lines == [_line(e) for e in events]
+    assert columns.rows == [e.payload for e in events]
+    assert columns.sort_keys == [e.sort_keys for e in events]
+    assert columns.uuids == [e.uuid for e in events]
+    assert columns.deleted == [e.is_deleted for e in events]
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, list[DataChangeRecord]]:
+    """Every type's edge values inserted, updated and deleted in tagged transactions of
+    several rows, and the table's change records."""
+    path = tmp_path_factory.mktemp("columns") / "db.sqlite"
+    with changestream.open(str(path)) as db:
+        db.set_split_policy(enabled=False)
+        db.execute_ddl(
+            [
+                ALL_TYPES_DDL,
+                "CREATE CHANGE STREAM S FOR ALL "
+                "OPTIONS (value_capture_type = 'NEW_ROW_AND_OLD_VALUES')",
+            ]
+        )
+        start = store_of(db).last_commit_ts() + 1
+        rows = all_types_rows()
+        with db.transaction(tag=source_tag("src", "tx-1", "binlog.000001:120")) as tx:
+            tx.insert("AllTypes", COLUMNS, [list(r) for r in rows])
+        with db.transaction(tag=source_tag("src", "tx-2", "binlog.000003:4711")) as tx:
+            tx.update("AllTypes", ["Id", "S", "I"], [[r[0], "changed", 7] for r in rows])
+        with db.transaction() as tx:
+            tx.delete("AllTypes", [[rows[0][0]], [rows[-1][0]]])
+        (table,) = db.tables()
+        return table, _records(db, start)
+
+
+@pytest.mark.parametrize("flavor", sorted(ORIGINS))
+def test_the_columns_are_the_events_of_the_same_records(flavor: str, written: Any) -> None:
+    table, records = written
+    assert {r.mod_type for r in records} == {"INSERT", "UPDATE", "DELETE"}
+    origin = ORIGINS[flavor]
+    events = record_events(STREAM, "db", table, records, 1_700_000_000_123_456, origin)
+    columns = record_columns(STREAM, "db", table, records, 1_700_000_000_123_456, origin)
+    _assert_same(columns, events)
+
+
+def test_names_holding_a_stand_in_still_give_the_events_lines(written: Any) -> None:
+    """The template is cut at stand-ins; a stream or database name that holds one gets each
+    line written whole instead, the same bytes."""
+    table, records = written
+    for stream, database in [("s-7346019582113904771", "db"), ("s", "d\x00changestream-uuid\x00")]:
+        events = record_events(stream, database, table, records, 1)
+        _assert_same(record_columns(stream, database, table, records, 1), events)
+
+
+def test_no_mod_gives_no_columns(written: Any) -> None:
+    table, _ = written
+    assert record_columns(STREAM, "db", table, [], 1) is None
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["upsert", "delete"]),
+            st.lists(st.integers(0, 30), min_size=1, max_size=6, unique=True),
+            st.text(max_size=8) | st.none(),
+        ),
+        min_size=1,
+        max_size=8,
+    ),
+    st.integers(120, 2_000),
+)
+def test_segments_and_staged_rows_match_the_event_path(
+    tmp_path_factory: pytest.TempPathFactory,
+    transactions: list[tuple[str, list[int], str | None]],
+    max_file_bytes: int,
+) -> None:
+    """Whatever the transactions and however small the segments: the segments written from
+    the lines have the names and bytes of those written from the events, and the replica
+    stages the same newest row per key."""
+    root = tmp_path_factory.mktemp("segments")
+    with changestream.open(str(root / "db.sqlite")) as db:
+        db.set_split_policy(enabled=False)
+        db.execute_ddl(
+            [
+                "CREATE TABLE T (K INT64 NOT NULL, V STRING(MAX), N NUMERIC) PRIMARY KEY (K)",
+                "CREATE CHANGE STREAM S FOR ALL "
+                "OPTIONS (value_capture_type = 'NEW_ROW_AND_OLD_VALUES')",
+            ]
+        )
+        start = store_of(db).last_commit_ts() + 1
+        for kind, keys, value in transactions:
+            with db.transaction() as tx:
+                if kind == "upsert":
+                    rows = [[k, value, None if value is None else Decimal("1.50")] for k in keys]
+                    tx.insert_or_update("T", ["K", "V", "N"], rows)
+                else:
+                    tx.delete("T", [[k] for k in keys])
+        (table,) = db.tables()
+        records = _records(db, start)
+    events = record_events(STREAM, "db", table, records, 42)
+    columns = record_columns(STREAM, "db", table, records, 42)
+    if not events:
+        assert columns is None
+        return
+    assert columns is not None
+    _assert_same(columns, events)
+
+    by_events = SegmentWriter(root / "events", "json", max_file_bytes, CDC_LANE, 3, 1)
+    by_events.write(events)
+    by_lines = SegmentWriter(root / "lines", "json", max_file_bytes, CDC_LANE, 3, 1)
+    by_lines.write_lines(columns.first, columns.lines)
+    written = [(p.relative_to(root / "events"), n) for _, p, n in by_events.close()]
+    assert written == [(p.relative_to(root / "lines"), n) for _, p, n in by_lines.close()]
+    for relative, _ in written:
+        assert (root / "events" / relative).read_bytes() == (root / "lines" / relative).read_bytes()
+
+    replica = DeltaReplica(root / "replica", "db", table)
+    staged = replica.change_rows(columns.rows, columns.sort_keys, columns.uuids, columns.deleted)
+    assert staged.equals(replica.source_rows(events))
