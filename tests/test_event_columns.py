@@ -4,9 +4,13 @@ segments and the same staged replica rows, for every column type and metadata fl
 
 from __future__ import annotations
 
+import dataclasses
+import gzip
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
+import fastavro
 import orjson
 import pytest
 from hypothesis import given, settings
@@ -14,6 +18,7 @@ from hypothesis import strategies as st
 
 import changestream
 from changestream import DataChangeRecord
+from changestream.datastream._avro import avro_plan_of
 from changestream.datastream.event_columns import CdcColumns, record_columns
 from changestream.datastream.events import Event, record_events
 from changestream.datastream.segments import CDC_LANE, SegmentWriter
@@ -44,14 +49,28 @@ def _records(db: changestream.EmbeddedDatabase, start: int) -> list[DataChangeRe
     ]
 
 
+def _content(path: Path) -> Any:
+    """A segment's bytes; an Avro one's records (its sync marker is random) and a gzip one's
+    bytes uncompressed (its header names the temporary file)."""
+    if path.name.endswith(".avro.seg"):
+        with path.open("rb") as fo:
+            return list(fastavro.reader(fo))
+    if path.name.endswith(".gz.seg"):
+        return gzip.decompress(path.read_bytes())
+    return path.read_bytes()
+
+
 def _line(event: Event) -> bytes:
     return orjson.dumps(event.to_json_dict(), option=orjson.OPT_APPEND_NEWLINE)
 
 
-def _assert_same(columns: CdcColumns | None, events: list[Event]) -> None:
+def _assert_same(columns: CdcColumns | None, events: list[Event], encoding: str = "json") -> None:
     assert columns is not None and len(columns) == len(events) > 0
     assert columns.first == events[0]
-    assert columns.lines == [_line(e) for e in events]
+    if encoding == "avro":
+        assert columns.encoded == [avro_plan_of(e).encode(e) for e in events]
+    else:
+        assert columns.encoded == [_line(e) for e in events]
     assert columns.rows == [e.payload for e in events]
     assert columns.sort_keys == [e.sort_keys for e in events]
     assert columns.uuids == [e.uuid for e in events]
@@ -84,14 +103,21 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, list[DataCha
         return table, _records(db, start)
 
 
+@pytest.mark.parametrize("encoding", ["json", "avro"])
 @pytest.mark.parametrize("flavor", sorted(ORIGINS))
-def test_the_columns_are_the_events_of_the_same_records(flavor: str, written: Any) -> None:
+def test_the_columns_are_the_events_of_the_same_records(
+    flavor: str, encoding: str, written: Any
+) -> None:
     table, records = written
     assert {r.mod_type for r in records} == {"INSERT", "UPDATE", "DELETE"}
     origin = ORIGINS[flavor]
-    events = record_events(STREAM, "db", table, records, 1_700_000_000_123_456, origin)
-    columns = record_columns(STREAM, "db", table, records, 1_700_000_000_123_456, origin)
-    _assert_same(columns, events)
+    at = 1_700_000_000_123_456
+    events = record_events(STREAM, "db", table, records, at, origin)
+    columns = record_columns(STREAM, "db", table, records, at, origin, encoding=encoding)
+    _assert_same(columns, events, encoding)
+    assert record_columns(STREAM, "db", table, records, at, origin, encoding=None) == (
+        dataclasses.replace(columns, encoded=[])
+    )
 
 
 def test_names_holding_a_stand_in_still_give_the_events_lines(written: Any) -> None:
@@ -108,7 +134,8 @@ def test_no_mod_gives_no_columns(written: Any) -> None:
     assert record_columns(STREAM, "db", table, [], 1) is None
 
 
-@settings(max_examples=25, deadline=None)
+@pytest.mark.parametrize("fmt", ["json", "json.gz", "avro"])
+@settings(max_examples=20, deadline=None)
 @given(
     st.lists(
         st.tuples(
@@ -122,6 +149,7 @@ def test_no_mod_gives_no_columns(written: Any) -> None:
     st.integers(120, 2_000),
 )
 def test_segments_and_staged_rows_match_the_event_path(
+    fmt: str,
     tmp_path_factory: pytest.TempPathFactory,
     transactions: list[tuple[str, list[int], str | None]],
     max_file_bytes: int,
@@ -150,21 +178,21 @@ def test_segments_and_staged_rows_match_the_event_path(
         (table,) = db.tables()
         records = _records(db, start)
     events = record_events(STREAM, "db", table, records, 42)
-    columns = record_columns(STREAM, "db", table, records, 42)
+    columns = record_columns(STREAM, "db", table, records, 42, encoding=fmt)
     if not events:
         assert columns is None
         return
     assert columns is not None
-    _assert_same(columns, events)
+    _assert_same(columns, events, fmt)
 
-    by_events = SegmentWriter(root / "events", "json", max_file_bytes, CDC_LANE, 3, 1)
+    by_events = SegmentWriter(root / "events", fmt, max_file_bytes, CDC_LANE, 3, 1)
     by_events.write(events)
-    by_lines = SegmentWriter(root / "lines", "json", max_file_bytes, CDC_LANE, 3, 1)
-    by_lines.write_lines(columns.first, columns.lines)
+    by_columns = SegmentWriter(root / "columns", fmt, max_file_bytes, CDC_LANE, 3, 1)
+    by_columns.write_encoded(columns.first, columns.encoded)
     written = [(p.relative_to(root / "events"), n) for _, p, n in by_events.close()]
-    assert written == [(p.relative_to(root / "lines"), n) for _, p, n in by_lines.close()]
+    assert written == [(p.relative_to(root / "columns"), n) for _, p, n in by_columns.close()]
     for relative, _ in written:
-        assert (root / "events" / relative).read_bytes() == (root / "lines" / relative).read_bytes()
+        assert _content(root / "events" / relative) == _content(root / "columns" / relative)
 
     replica = DeltaReplica(root / "replica", "db", table)
     staged = replica.change_rows(columns.rows, columns.sort_keys, columns.uuids, columns.deleted)

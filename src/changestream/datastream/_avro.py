@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import re
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -52,7 +52,7 @@ from changestream.datastream.avro_binary import (
     name_bytes,
     string_bytes,
 )
-from changestream.datastream.events import Event, SourceMetadata
+from changestream.datastream.events import Change, Event, SourceMetadata
 from changestream.ddl.schema import Table
 from changestream.errors import InvalidArgument
 from changestream.types import ColumnType
@@ -183,6 +183,9 @@ class AvroPlan:
 
     schema: dict[str, Any]
     encode: Callable[[Event], bytes]
+    #: The records of one change record's events: its first event, and the :class:`Change`
+    #: of each of its mods (see :meth:`_EventEncoder.encode_record`).
+    encode_record: Callable[[Event, Sequence[Change]], list[bytes]]
 
 
 # By schema key, for the reason given at changestream.datastream.events.plan_of.
@@ -201,9 +204,11 @@ def avro_plan_of(event: Event) -> AvroPlan:
 def avro_plan(table: Table, flavor: str = "changestream") -> AvroPlan:
     """The :class:`AvroPlan` of a table definition."""
     schema = avro_schema(table, flavor)
+    encoder = _EventEncoder(table, flavor, schema)
     return AvroPlan(
         schema=cast(dict[str, Any], fastavro.parse_schema(schema)),
-        encode=_EventEncoder(table, flavor, schema).encode,
+        encode=encoder.encode,
+        encode_record=encoder.encode_record,
     )
 
 
@@ -236,10 +241,7 @@ class _EventEncoder:
         try:
             return b"".join(
                 [
-                    name_bytes(event.stream_name),
-                    name_bytes(event.read_method),
-                    name_bytes(event.object),
-                    name_bytes(event.schema_key),
+                    self._envelope(event),
                     string_bytes(event.uuid),
                     long_bytes(event.read_timestamp // 1000),
                     long_bytes(event.source_timestamp // 1000),
@@ -249,29 +251,83 @@ class _EventEncoder:
                 ]
             )
         except (AttributeError, TypeError, ValueError, struct.error) as exc:
-            raise InvalidArgument(
-                f"event {event.uuid} cannot be written as Avro: {self._fault(event)}"
-            ) from exc
+            raise self._fault(event.uuid, event.table, payload) from exc
 
-    def _fault(self, event: Event) -> str:
-        """What in ``event`` does not fit its schema (only looked for once it failed)."""
+    def encode_record(self, first: Event, changes: Sequence[Change]) -> list[bytes]:
+        """:meth:`encode` of the events of one change record's mods, ``first`` being the
+        event of ``changes[0]``: what the events share is encoded once."""
+        head = self._envelope(first)
+        # The sort keys up to the mod index: four items, the first three the record's.
+        keys = first.sort_keys
+        times = b"".join(
+            [
+                long_bytes(first.read_timestamp // 1000),
+                long_bytes(first.source_timestamp // 1000),
+                long_bytes(len(keys)),
+                *[b"\x02" + long_bytes(key) for key in keys[:-1]],
+                b"\x02",
+            ]
+        )
+        meta = first.source_metadata
+        if self._own_metadata:
+            before, after = self._own_parts(meta)
+        else:
+            before, after = self._metadata(meta), None
+        out: list[bytes] = []
+        for change in changes:
+            index = long_bytes(change.mod_index)
+            row = change.row
+            try:
+                payload = [encode(row[name]) for name, encode in self._payload]
+            except (AttributeError, TypeError, ValueError, struct.error) as exc:
+                raise self._fault(change.uuid, first.table, row) from exc
+            metadata = before if after is None else before + _optional_index(index) + after
+            out.append(
+                b"".join(
+                    [head, string_bytes(change.uuid), times, index, b"\x00", metadata, *payload]
+                )
+            )
+        return out
+
+    def _envelope(self, event: Event) -> bytes:
+        """The envelope's fields before the uuid."""
+        return b"".join(
+            [
+                name_bytes(event.stream_name),
+                name_bytes(event.read_method),
+                name_bytes(event.object),
+                name_bytes(event.schema_key),
+            ]
+        )
+
+    def _fault(self, uuid: str, table: Table, payload: dict[str, Any]) -> InvalidArgument:
+        """The error of an event that does not fit its schema: what in it does not (only
+        looked for once it failed)."""
         for name, encode in self._payload:
             try:
-                encode(event.payload[name])
+                encode(payload[name])
             except (AttributeError, TypeError, ValueError, struct.error):
-                value = event.payload[name]
-                column = event.table.column(name)
+                value = payload[name]
+                column = table.column(name)
                 kind = "" if column is None else f" ({column.type})"
-                return f"column {name}{kind} holds {value!r}"
-        return "its envelope or source metadata does not fit the event schema"
+                fault = f"column {name}{kind} holds {value!r}"
+                break
+        else:
+            fault = "its envelope or source metadata does not fit the event schema"
+        return InvalidArgument(f"event {uuid} cannot be written as Avro: {fault}")
 
     def _metadata(self, meta: SourceMetadata) -> bytes:
         if not self._own_metadata:
             return self._source_metadata(meta.to_json_dict())
+        before, after = self._own_parts(meta)
+        return before + _optional_long(meta.mod_index) + after
+
+    def _own_parts(self, meta: SourceMetadata) -> tuple[bytes, bytes]:
+        """changestream's own metadata before its ``mod_index`` and after it."""
         keys = self._keys.get(meta.primary_keys)
         if keys is None:
             keys = self._keys[meta.primary_keys] = _names(meta.primary_keys)
-        return b"".join(
+        before = b"".join(
             [
                 name_bytes(meta.database),
                 name_bytes(meta.table),
@@ -280,10 +336,14 @@ class _EventEncoder:
                 _optional_string(meta.tx_id),
                 _optional_long(meta.commit_timestamp),
                 _optional_string(meta.record_sequence),
-                _optional_long(meta.mod_index),
-                keys,
             ]
         )
+        return before, keys
+
+
+def _optional_index(index: bytes) -> bytes:
+    """A mod index already written as a long (``index``) as its ``["null", "long"]``."""
+    return b"\x02" + index
 
 
 def _payload_field(ctype: ColumnType) -> Encoder:

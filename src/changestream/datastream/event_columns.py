@@ -1,14 +1,16 @@
 """The CDC events of one table's records as columns, without an :class:`Event` per change.
 
-A pipeline task needs two things of each change: its event's JSON line and what the replica
-stages (the decoded row, ``sort_keys``, ``uuid``, whether it deletes). Building an
-:class:`Event` and then its JSON object per change cost about half of a task's CPU; here the
-line is the record's *template* — one event of the record written as JSON with stand-ins for
-what differs between its mods (the uuid, the mod index, the payload) — with each mod's own
-parts put in. The template comes from :meth:`Event.to_json_dict`, so a line is byte for byte
-what :class:`~changestream.datastream.files.EventFile` writes for the same event
-(``tests/test_event_columns.py`` checks that over generated records and every metadata
-flavor).
+A pipeline task needs two things of each change: its event as its file holds it and what the
+replica stages (the decoded row, ``sort_keys``, ``uuid``, whether it deletes). Building an
+:class:`Event` and then its JSON object per change cost about a third of a task's CPU; here
+one event per change record is built, and what its mods share is encoded once. A JSON line
+is the record's *template* — that event written as JSON with stand-ins for what differs
+between its mods (the uuid, the mod index, the payload) — with each mod's own parts put in;
+the template comes from :meth:`Event.to_json_dict`, so a line is byte for byte what
+:class:`~changestream.datastream.files.EventFile` writes for the same event. An Avro record
+is laid out the same way by :meth:`AvroPlan.encode_record
+<changestream.datastream._avro.AvroPlan>`. ``tests/test_event_columns.py`` checks both
+against the event path over generated records and every metadata flavor.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any, Final
 
 import orjson
 
+from changestream.datastream._avro import avro_plan_of
 from changestream.datastream.events import (
     CDC_RANK,
     CdcBuilder,
@@ -54,12 +57,12 @@ class CdcColumns:
     """The CDC events of one table, in order, as columns.
 
     ``first`` is the first of them as an :class:`Event` (what files need to know of their
-    lane: object, schema key, table, read time); ``lines`` their JSON lines, newline
-    included (empty when not asked for).
+    lane: object, schema key, table, read time); ``encoded`` each in the encoding of a file
+    format (see :func:`record_columns`; empty when none was asked for).
     """
 
     first: Event
-    lines: list[bytes] = field(default_factory=list)
+    encoded: list[bytes] = field(default_factory=list)
     rows: list[dict[str, Any]] = field(default_factory=list)
     sort_keys: list[tuple[int, int, int, int]] = field(default_factory=list)
     uuids: list[str] = field(default_factory=list)
@@ -77,11 +80,12 @@ def record_columns(
     read_timestamp_us: int,
     origin: TableOrigin | None = None,
     *,
-    lines: bool = True,
+    encoding: str | None = "json",
 ) -> CdcColumns | None:
     """:func:`~changestream.datastream.events.record_events` of ``records`` as
-    :class:`CdcColumns` (None when they hold no mod); ``lines``: whether to write the JSON
-    lines too."""
+    :class:`CdcColumns` (None when they hold no mod), each event encoded as a file of
+    ``encoding`` holds it: ``json`` (or ``json.gz``) its JSON line, ``avro`` its Avro record
+    (None: not encoded)."""
     build = CdcBuilder(stream_name, database, table, read_timestamp_us, origin)
     out: CdcColumns | None = None
     for record, mods in fitted_mods(table, records):
@@ -98,15 +102,17 @@ def record_columns(
         )
         if out is None:
             out = CdcColumns(first)
-        if lines:
+        if encoding == "avro":
+            out.encoded += avro_plan_of(first).encode_record(first, changes)
+        elif encoding is not None:
             template = _template(first)
             if template is None:
                 events = build.events(
                     ts, tx_id, sequence, record.mod_type, record.transaction_tag, changes
                 )
-                out.lines += [_line(event) for event in events]
+                out.encoded += [_line(event) for event in events]
             else:
-                out.lines += _lines(template, plan_of(first), changes)
+                out.encoded += _lines(template, plan_of(first), changes)
         deleted = record.mod_type == "DELETE"
         number = int(sequence)
         out.rows += [change.row for change in changes]

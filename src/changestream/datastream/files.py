@@ -39,8 +39,6 @@ from changestream.datastream.layout import event_files as event_files
 from changestream.errors import InvalidArgument
 
 FORMATS: Final = ("json", "avro")
-#: The formats whose files hold one JSON line per event (``json.gz``: ``json`` compressed).
-JSON_FORMATS: Final = ("json", "json.gz")
 DEFAULT_MAX_FILE_BYTES: Final = 50 * 1024 * 1024
 DEFAULT_MAX_FILE_SECONDS: Final = 60.0
 # Fixed so deterministic file names stay the same across processes and releases.
@@ -53,6 +51,9 @@ class _Sink(Protocol):
     def write(self, event: Event) -> int:
         """Write one event; return the file's size so far."""
 
+    def write_encoded(self, encoded: bytes) -> int:
+        """Write one event already encoded; return the file's size so far."""
+
     def finish(self) -> None:
         """Write whatever is buffered (the file object stays open)."""
 
@@ -63,10 +64,10 @@ class _JsonSink:
         self._size = 0
 
     def write(self, event: Event) -> int:
-        return self.write_line(orjson.dumps(event.to_json_dict(), option=orjson.OPT_APPEND_NEWLINE))
+        line = orjson.dumps(event.to_json_dict(), option=orjson.OPT_APPEND_NEWLINE)
+        return self.write_encoded(line)
 
-    def write_line(self, line: bytes) -> int:
-        """Write an event's JSON line as it is; return the file's size so far."""
+    def write_encoded(self, line: bytes) -> int:
         self._fo.write(line)
         self._size += len(line)
         return self._size
@@ -128,7 +129,9 @@ class _AvroSink:
         )
 
     def write(self, event: Event) -> int:
-        record = self._encode(event)
+        return self.write_encoded(self._encode(event))
+
+    def write_encoded(self, record: bytes) -> int:
         self._records.append(record)
         self._pending += len(record)
         if self._pending >= self._block_bytes:
@@ -179,11 +182,10 @@ class EventFile:
         self.size = self._sink.write(event)
         self.events += 1
 
-    def write_line(self, line: bytes) -> None:
-        """Write an event already turned into its JSON line (JSON formats only)."""
-        if not isinstance(self._sink, _JsonSink):
-            raise TypeError(f"{self.path.name} is no JSON file: it takes events, not lines")
-        self.size = self._sink.write_line(line)
+    def write_encoded(self, encoded: bytes) -> None:
+        """Write an event already encoded in the file's format: a JSON line (newline
+        included), or an Avro record of the file's schema."""
+        self.size = self._sink.write_encoded(encoded)
         self.events += 1
 
     def commit(self) -> None:

@@ -110,15 +110,16 @@ class SegmentWriter:
             if file.size >= self.max_file_bytes:
                 self._finish(lane)
 
-    def write_lines(self, first: Event, lines: Iterable[bytes]) -> None:
-        """Write the JSON lines of events of one lane (JSON formats): ``first`` is the
-        first of those events, which says the lane."""
+    def write_encoded(self, first: Event, encoded: Iterable[bytes]) -> None:
+        """Write events of one lane already encoded in the writer's format (see
+        :meth:`EventFile.write_encoded`): ``first`` is the first of them, which says the
+        lane."""
         lane = (first.object, first.schema_key)
         file = self._open.get(lane)
-        for line in lines:
+        for record in encoded:
             if file is None:
                 file = self._start(first)
-            file.write_line(line)
+            file.write_encoded(record)
             if file.size >= self.max_file_bytes:
                 self._finish(lane)
                 file = None

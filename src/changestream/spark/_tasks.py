@@ -31,7 +31,6 @@ from changestream.datastream.events import (
     record_events,
     written_against,
 )
-from changestream.datastream.files import JSON_FORMATS
 from changestream.datastream.segments import (
     BACKFILL_LANE,
     CDC_LANE,
@@ -118,9 +117,9 @@ class TaskPlan:
 
     @property
     def by_columns(self) -> bool:
-        """Whether tasks build events as :class:`CdcColumns` (JSON files and a replica of
-        current rows) rather than one :class:`Event` each (Avro files, a history)."""
-        return self.format in JSON_FORMATS and not self.append_only
+        """Whether tasks build events as :class:`CdcColumns` rather than one :class:`Event`
+        each (which a history replica needs)."""
+        return not self.append_only
 
     def writer(self, lane: str, seq: int, task: int) -> SegmentWriter:
         return SegmentWriter(
@@ -263,12 +262,18 @@ def range_events(
 def range_columns(
     plan: TaskPlan, db: PipelineDatabase, change_stream: str, read: ReadRange
 ) -> Iterator[list[CdcColumns]]:
-    """:func:`range_events` as :class:`CdcColumns`, with their JSON lines, a table's at a
-    time."""
+    """:func:`range_events` as :class:`CdcColumns`, encoded in the plan's format, a table's
+    at a time."""
     for groups in _range_groups(plan, db, change_stream, read):
         columns = (
             record_columns(
-                plan.stream_name, plan.schema, table, records, read.end, plan.origin_of(table)
+                plan.stream_name,
+                plan.schema,
+                table,
+                records,
+                read.end,
+                plan.origin_of(table),
+                encoding=plan.format,
             )
             for table, records in groups
         )
@@ -302,7 +307,7 @@ class CdcTask:
                     if self.plan.by_columns:
                         for chunk in range_columns(self.plan, db, self.change_stream, read):
                             for columns in chunk:
-                                writer.write_lines(columns.first, columns.lines)
+                                writer.write_encoded(columns.first, columns.encoded)
                                 staging.add_columns(columns)
                     else:
                         for events in range_events(self.plan, db, self.change_stream, read):
