@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import decimal
+import functools
 import json
 import os
 import subprocess
@@ -484,6 +485,22 @@ def test_the_sessions_python_workers_import_the_installed_pyspark_not_spark_s_zi
 
     files = spark.sparkContext.parallelize(range(2), 2).mapPartitions(_worker_pyspark).collect()
     assert files == [pyspark.__file__] * 2
+
+
+def test_the_daemon_imports_the_task_code_its_workers_would_each_import() -> None:
+    """The daemon imports the pipeline's task code and what pyarrow's first conversion loads
+    before it forks a worker, so no worker imports them itself."""
+    preloaded = (
+        "import sys; from changestream.spark._daemon import preload; preload(); "
+        "print(sorted(m for m in ('changestream.spark._tasks', 'pyarrow', 'pandas') "
+        "if m in sys.modules))"
+    )
+    before = "import sys; import changestream.spark._daemon; print('pandas' in sys.modules)"
+    run = functools.partial(subprocess.run, capture_output=True, text=True, check=True)
+    assert run([sys.executable, "-c", before]).stdout.split() == ["False"]
+    assert run([sys.executable, "-c", preloaded]).stdout.strip() == (
+        "['changestream.spark._tasks', 'pandas', 'pyarrow']"
+    )
 
 
 def _worker_socket_mode(_: Iterable[int]) -> Iterator[str]:
