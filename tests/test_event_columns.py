@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 import changestream
 from changestream import DataChangeRecord
 from changestream.datastream._avro import avro_plan_of
-from changestream.datastream.event_columns import CdcColumns, record_columns
-from changestream.datastream.events import Event, record_events
+from changestream.datastream.event_columns import EventColumns, backfill_columns, record_columns
+from changestream.datastream.events import Event, backfill_events, record_events
 from changestream.datastream.segments import CDC_LANE, SegmentWriter
 from changestream.embedded.database import store_of
 from changestream.spark.replica import DeltaReplica
@@ -64,7 +64,7 @@ def _line(event: Event) -> bytes:
     return orjson.dumps(event.to_json_dict(), option=orjson.OPT_APPEND_NEWLINE)
 
 
-def _assert_same(columns: CdcColumns | None, events: list[Event], encoding: str = "json") -> None:
+def _assert_same(columns: EventColumns | None, events: list[Event], encoding: str = "json") -> None:
     assert columns is not None and len(columns) == len(events) > 0
     assert columns.first == events[0]
     if encoding == "avro":
@@ -120,13 +120,32 @@ def test_the_columns_are_the_events_of_the_same_records(
     )
 
 
+@pytest.mark.parametrize("encoding", ["json", "avro"])
+@pytest.mark.parametrize("flavor", sorted(ORIGINS))
+def test_backfill_columns_are_the_backfill_events_of_the_same_rows(
+    flavor: str, encoding: str, written: Any
+) -> None:
+    table, _ = written
+    rows = all_types_rows()
+    origin = ORIGINS[flavor]
+    events = backfill_events(STREAM, "db", table, rows, 1_700_000_000_000_001, 7, origin)
+    columns = backfill_columns(
+        STREAM, "db", table, rows, 1_700_000_000_000_001, 7, origin, encoding=encoding
+    )
+    _assert_same(columns, events, encoding)
+    assert backfill_columns(STREAM, "db", table, [], 1, 1, origin) is None
+
+
 def test_names_holding_a_stand_in_still_give_the_events_lines(written: Any) -> None:
     """The template is cut at stand-ins; a stream or database name that holds one gets each
     line written whole instead, the same bytes."""
     table, records = written
+    rows = all_types_rows()
     for stream, database in [("s-7346019582113904771", "db"), ("s", "d\x00changestream-uuid\x00")]:
         events = record_events(stream, database, table, records, 1)
         _assert_same(record_columns(stream, database, table, records, 1), events)
+        events = backfill_events(stream, database, table, rows, 2, 2)
+        _assert_same(backfill_columns(stream, database, table, rows, 2, 2), events)
 
 
 def test_no_mod_gives_no_columns(written: Any) -> None:

@@ -183,8 +183,9 @@ class AvroPlan:
 
     schema: dict[str, Any]
     encode: Callable[[Event], bytes]
-    #: The records of one change record's events: its first event, and the :class:`Change`
-    #: of each of its mods (see :meth:`_EventEncoder.encode_record`).
+    #: The records of events alike but for their :class:`Change` (one change record's, or
+    #: one backfill chunk's): the first event, and each one's change (see
+    #: :meth:`_EventEncoder.encode_record`).
     encode_record: Callable[[Event, Sequence[Change]], list[bytes]]
 
 
@@ -254,8 +255,9 @@ class _EventEncoder:
             raise self._fault(event.uuid, event.table, payload) from exc
 
     def encode_record(self, first: Event, changes: Sequence[Change]) -> list[bytes]:
-        """:meth:`encode` of the events of one change record's mods, ``first`` being the
-        event of ``changes[0]``: what the events share is encoded once."""
+        """:meth:`encode` of the events of one change record's mods (or one chunk's backfill
+        rows), ``first`` being the event of ``changes[0]``: what the events share is
+        encoded once."""
         head = self._envelope(first)
         # The sort keys up to the mod index: four items, the first three the record's.
         keys = first.sort_keys
@@ -269,9 +271,9 @@ class _EventEncoder:
             ]
         )
         meta = first.source_metadata
-        if self._own_metadata:
+        if self._own_metadata and meta.mod_index is not None:
             before, after = self._own_parts(meta)
-        else:
+        else:  # the same for every change: a source's, or a backfill row's (no mod index)
             before, after = self._metadata(meta), None
         out: list[bytes] = []
         for change in changes:

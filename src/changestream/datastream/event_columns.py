@@ -1,21 +1,23 @@
-"""The CDC events of one table's records as columns, without an :class:`Event` per change.
+"""The events of one table's change records or backfill rows as columns, without an
+:class:`Event` per change.
 
 A pipeline task needs two things of each change: its event as its file holds it and what the
 replica stages (the decoded row, ``sort_keys``, ``uuid``, whether it deletes). Building an
 :class:`Event` and then its JSON object per change cost about a third of a task's CPU; here
-one event per change record is built, and what its mods share is encoded once. A JSON line
-is the record's *template* — that event written as JSON with stand-ins for what differs
-between its mods (the uuid, the mod index, the payload) — with each mod's own parts put in;
-the template comes from :meth:`Event.to_json_dict`, so a line is byte for byte what
-:class:`~changestream.datastream.files.EventFile` writes for the same event. An Avro record
-is laid out the same way by :meth:`AvroPlan.encode_record
+one event per change record (or backfill chunk) is built, and what its changes share is
+encoded once. A JSON line is the record's *template* — that event written as JSON with
+stand-ins for what differs between its changes (the uuid, the mod index, the payload) — with
+each one's own parts put in; the template comes from :meth:`Event.to_json_dict`, so a line is
+byte for byte what :class:`~changestream.datastream.files.EventFile` writes for the same
+event. An Avro record is laid out the same way by :meth:`AvroPlan.encode_record
 <changestream.datastream._avro.AvroPlan>`. ``tests/test_event_columns.py`` checks both
 against the event path over generated records and every metadata flavor.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import functools
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -24,6 +26,7 @@ import orjson
 from changestream.datastream._avro import avro_plan_of
 from changestream.datastream.events import (
     CDC_RANK,
+    BackfillBuilder,
     CdcBuilder,
     Change,
     Event,
@@ -41,20 +44,14 @@ from changestream.streams.records import DataChangeRecord
 _UUID: Final = "\x00changestream-uuid\x00"
 _PAYLOAD: Final = "\x00changestream-payload\x00"
 _INDEX: Final = 7_346_019_582_113_904_771
-
-
-def _json_string(text: str) -> bytes:
-    return orjson.dumps(text)
-
-
-_UUID_JSON: Final = _json_string(_UUID)[1:-1]
-_PAYLOAD_JSON: Final = _json_string(_PAYLOAD)
+_UUID_JSON: Final = orjson.dumps(_UUID)[1:-1]
+_PAYLOAD_JSON: Final = orjson.dumps(_PAYLOAD)
 _INDEX_JSON: Final = b"%d" % _INDEX
 
 
 @dataclass(slots=True)
-class CdcColumns:
-    """The CDC events of one table, in order, as columns.
+class EventColumns:
+    """Events of one table, in order, as columns.
 
     ``first`` is the first of them as an :class:`Event` (what files need to know of their
     lane: object, schema key, table, read time); ``encoded`` each in the encoding of a file
@@ -71,6 +68,31 @@ class CdcColumns:
     def __len__(self) -> int:
         return len(self.uuids)
 
+    def add(
+        self,
+        first: Event,
+        changes: Sequence[Change],
+        encoding: str | None,
+        payloads: Callable[[], Iterable[dict[str, Any]]],
+        events: Callable[[], list[Event]],
+    ) -> None:
+        """Add the events of ``changes``, ``first`` being the event of the first of them and
+        all of them alike but for their :class:`Change`; ``payloads`` gives their payloads
+        in event JSON form and ``events`` them all, should a JSON template not serve."""
+        if encoding == "avro":
+            self.encoded += avro_plan_of(first).encode_record(first, changes)
+        elif encoding is not None:
+            template = _template(first)
+            if template is None:
+                self.encoded += [_line(event) for event in events()]
+            else:
+                self.encoded += _lines(template, changes, payloads())
+        stamp = first.sort_keys[:3]
+        self.rows += [change.row for change in changes]
+        self.sort_keys += [(*stamp, change.mod_index) for change in changes]
+        self.uuids += [change.uuid for change in changes]
+        self.deleted += [first.is_deleted] * len(changes)
+
 
 def record_columns(
     stream_name: str,
@@ -81,61 +103,89 @@ def record_columns(
     origin: TableOrigin | None = None,
     *,
     encoding: str | None = "json",
-) -> CdcColumns | None:
+) -> EventColumns | None:
     """:func:`~changestream.datastream.events.record_events` of ``records`` as
-    :class:`CdcColumns` (None when they hold no mod), each event encoded as a file of
+    :class:`EventColumns` (None when they hold no mod), each event encoded as a file of
     ``encoding`` holds it: ``json`` (or ``json.gz``) its JSON line, ``avro`` its Avro record
     (None: not encoded)."""
     build = CdcBuilder(stream_name, database, table, read_timestamp_us, origin)
-    out: CdcColumns | None = None
+    out: EventColumns | None = None
     for record, mods in fitted_mods(table, records):
-        ts, tx_id, sequence = (
+        ts, tx_id, sequence, mod_type, tag = (
             record.commit_timestamp,
             record.server_transaction_id,
             record.record_sequence,
+            record.mod_type,
+            record.transaction_tag,
         )
-        changes = list(build.changes(ts, tx_id, sequence, record.mod_type, mods))
+        changes = list(build.changes(ts, tx_id, sequence, mod_type, mods))
         if not changes:
             continue
-        (first,) = build.events(
-            ts, tx_id, sequence, record.mod_type, record.transaction_tag, changes[:1]
-        )
+        (first,) = build.events(ts, tx_id, sequence, mod_type, tag, changes[:1])
         if out is None:
-            out = CdcColumns(first)
-        if encoding == "avro":
-            out.encoded += avro_plan_of(first).encode_record(first, changes)
-        elif encoding is not None:
-            template = _template(first)
-            if template is None:
-                events = build.events(
-                    ts, tx_id, sequence, record.mod_type, record.transaction_tag, changes
-                )
-                out.encoded += [_line(event) for event in events]
-            else:
-                out.encoded += _lines(template, plan_of(first), changes)
-        deleted = record.mod_type == "DELETE"
-        number = int(sequence)
-        out.rows += [change.row for change in changes]
-        out.sort_keys += [(ts, CDC_RANK, number, change.mod_index) for change in changes]
-        out.uuids += [change.uuid for change in changes]
-        out.deleted += [deleted] * len(changes)
+            out = EventColumns(first)
+        out.add(
+            first,
+            changes,
+            encoding,
+            functools.partial(_cdc_payloads, plan_of(first), changes),
+            functools.partial(build.events, ts, tx_id, sequence, mod_type, tag, changes),
+        )
     return out
 
 
-def _lines(
-    template: tuple[bytes, list[bytes], bytes], plan: TablePlan, changes: Sequence[Change]
-) -> list[bytes]:
-    """The JSON lines of a record's events from its :func:`_template`."""
-    head, index_parts, tail = template
-    encoders = plan.record_to_event
-    payloads: Iterable[dict[str, Any]]
+def backfill_columns(
+    stream_name: str,
+    database: str,
+    table: Table,
+    rows: Iterable[tuple[Any, ...]],
+    snapshot_timestamp_us: int,
+    read_timestamp_us: int,
+    origin: TableOrigin | None = None,
+    *,
+    encoding: str | None = "json",
+) -> EventColumns | None:
+    """:func:`~changestream.datastream.events.backfill_events` of ``rows`` as
+    :class:`EventColumns` (None when there is none), encoded as :func:`record_columns`
+    says."""
+    build = BackfillBuilder(
+        stream_name, database, table, snapshot_timestamp_us, read_timestamp_us, origin
+    )
+    changes = list(build.changes(rows))
+    if not changes:
+        return None
+    (first,) = build.events(changes[:1])
+    out = EventColumns(first)
+    # A backfill change's ``stored`` is its payload's event JSON form already.
+    out.add(
+        first,
+        changes,
+        encoding,
+        lambda: (change.stored for change in changes),
+        functools.partial(build.events, changes),
+    )
+    return out
+
+
+def _cdc_payloads(plan: TablePlan, changes: Sequence[Change]) -> Iterator[dict[str, Any]]:
+    """The event JSON payloads of CDC ``changes`` of a table with ``plan``."""
     if not plan.json_encoders:
         # Every value of the decoded row is its own event JSON (no encoder would change it).
-        payloads = (change.row for change in changes)
-    elif encoders:
-        payloads = (encoded_values(change.stored, encoders) for change in changes)
-    else:
-        payloads = (change.stored for change in changes)
+        return (change.row for change in changes)
+    encoders = plan.record_to_event
+    if encoders:
+        return (encoded_values(change.stored, encoders) for change in changes)
+    return (change.stored for change in changes)
+
+
+def _lines(
+    template: tuple[bytes, list[bytes], bytes],
+    changes: Sequence[Change],
+    payloads: Iterable[dict[str, Any]],
+) -> list[bytes]:
+    """The JSON lines of events alike but for their :class:`Change` (whose payloads, in
+    event JSON form, are ``payloads``), from the :func:`_template` of one of them."""
+    head, index_parts, tail = template
     return [
         b"".join(
             (
@@ -151,18 +201,22 @@ def _lines(
 
 
 def _template(event: Event) -> tuple[bytes, list[bytes], bytes] | None:
-    """``event``'s JSON line cut where the mods of its record differ: the part before the
-    uuid, the parts between which the mod index goes, the part after the payload. None
-    when a stand-in shows up where it was not put (a name or value that holds one)."""
+    """``event``'s JSON line cut where events alike differ: the part before the uuid, the
+    parts between which the mod index goes (a CDC event's, in its sort keys and metadata),
+    the part after the payload. None when a stand-in shows up where it was not put (a name
+    or value that holds one)."""
     data = event.to_json_dict()
     data["uuid"] = _UUID
     data["payload"] = _PAYLOAD
-    data["sort_keys"][3] = _INDEX
     metadata = data["source_metadata"]
-    if "mod_index" in metadata:
-        metadata["mod_index"] = _INDEX
+    indexes = 0
+    if event.sort_keys[1] == CDC_RANK:
+        data["sort_keys"][3] = _INDEX
+        indexes += 1
+        if "mod_index" in metadata:
+            metadata["mod_index"] = _INDEX
+            indexes += 1
     line = orjson.dumps(data, option=orjson.OPT_APPEND_NEWLINE)
-    indexes = 1 + ("mod_index" in metadata)
     if (
         line.count(_UUID_JSON) != 1
         or line.count(_PAYLOAD_JSON) != 1

@@ -524,7 +524,8 @@ def _fitting(
 class Change(msgspec.Struct, frozen=True, gc=False):
     """What one mod makes of its CDC event besides what its record gives: its index in the
     record, its uuid, its row as the change record holds it (``stored``) and decoded
-    (``row``), and the mod's old values."""
+    (``row``), and the mod's old values. (A backfill row's: see
+    :meth:`BackfillBuilder.changes`.)"""
 
     mod_index: int
     uuid: str
@@ -691,44 +692,79 @@ def backfill_events(
 
     ``rows`` hold every column in ``table.columns`` order, as ``Database.read`` returns them.
     """
-    plan = table_plan(table, _flavor(origin))
-    read_method = _read_methods(origin)[1]
-    obj = object_name(database, table.name)
-    metadata = SourceMetadata(
-        database=database,
-        table=table.name,
-        is_deleted=False,
-        change_type="INSERT",
-        tx_id=None,
-        commit_timestamp=None,
-        record_sequence=None,
-        mod_index=None,
-        primary_keys=table.primary_key,
-        origin=origin,
+    build = BackfillBuilder(
+        stream_name, database, table, snapshot_timestamp_us, read_timestamp_us, origin
     )
-    sort_keys = (snapshot_timestamp_us, BACKFILL_RANK, 0, 0)
-    events: list[Event] = []
-    for row in rows:
-        if len(row) != len(plan.names):
-            raise InvalidArgument(
-                f"a row of table {table.name!r} must have {len(plan.names)} values "
-                f"({', '.join(plan.names)}), got {len(row)}"
-            )
-        payload = dict(zip(plan.names, row, strict=True))
-        encoded = list(encoded_values(payload, plan.json_encoders).values())
-        events.append(
-            Event(
-                stream_name=stream_name,
-                read_method=read_method,
-                object=obj,
-                schema_key=plan.schema_key,
-                uuid=_uuid("backfill", stream_name, obj, encoded),
-                read_timestamp=read_timestamp_us,
-                source_timestamp=snapshot_timestamp_us,
-                sort_keys=sort_keys,
-                source_metadata=metadata,
-                payload=payload,
-                table=table,
-            )
+    return build.events(build.changes(rows))
+
+
+class BackfillBuilder:
+    """Builds the backfill events of one table's rows read from one snapshot (what they
+    share, computed once)."""
+
+    def __init__(
+        self,
+        stream_name: str,
+        database: str,
+        table: Table,
+        snapshot_us: int,
+        read_us: int,
+        origin: TableOrigin | None = None,
+    ) -> None:
+        self.stream_name, self.table, self.snapshot_us, self.read_us = (
+            stream_name,
+            table,
+            snapshot_us,
+            read_us,
         )
-    return events
+        self.plan = table_plan(table, _flavor(origin))
+        self.read_method = _read_methods(origin)[1]
+        self.object = object_name(database, table.name)
+        self.metadata = SourceMetadata(
+            database=database,
+            table=table.name,
+            is_deleted=False,
+            change_type="INSERT",
+            tx_id=None,
+            commit_timestamp=None,
+            record_sequence=None,
+            mod_index=None,
+            primary_keys=table.primary_key,
+            origin=origin,
+        )
+
+    def changes(self, rows: Iterable[tuple[Any, ...]]) -> Iterator[Change]:
+        """Each row's :class:`Change`: ``stored`` is the row's event JSON form, whose values
+        the uuid is derived from, and ``mod_index`` 0 (the sort keys' last)."""
+        plan, names = self.plan, self.plan.names
+        stream_name, obj = self.stream_name, self.object
+        for row in rows:
+            if len(row) != len(names):
+                raise InvalidArgument(
+                    f"a row of table {self.table.name!r} must have {len(names)} values "
+                    f"({', '.join(names)}), got {len(row)}"
+                )
+            payload = dict(zip(names, row, strict=True))
+            encoded = encoded_values(payload, plan.json_encoders)
+            uuid = _uuid("backfill", stream_name, obj, list(encoded.values()))
+            yield Change(0, uuid, encoded, payload, {})
+
+    def events(self, changes: Iterable[Change]) -> list[Event]:
+        """The events of rows' :meth:`changes`."""
+        sort_keys = (self.snapshot_us, BACKFILL_RANK, 0, 0)
+        return [
+            Event(
+                stream_name=self.stream_name,
+                read_method=self.read_method,
+                object=self.object,
+                schema_key=self.plan.schema_key,
+                uuid=change.uuid,
+                read_timestamp=self.read_us,
+                source_timestamp=self.snapshot_us,
+                sort_keys=sort_keys,
+                source_metadata=self.metadata,
+                payload=change.row,
+                table=self.table,
+            )
+            for change in changes
+        ]

@@ -24,7 +24,11 @@ from typing import Any, Final
 import pyarrow as pa
 from pyspark import SparkContext, TaskContext
 
-from changestream.datastream.event_columns import CdcColumns, record_columns
+from changestream.datastream.event_columns import (
+    EventColumns,
+    backfill_columns,
+    record_columns,
+)
 from changestream.datastream.events import (
     Event,
     backfill_events,
@@ -117,7 +121,7 @@ class TaskPlan:
 
     @property
     def by_columns(self) -> bool:
-        """Whether tasks build events as :class:`CdcColumns` rather than one :class:`Event`
+        """Whether tasks build events as :class:`EventColumns` rather than one :class:`Event`
         each (which a history replica needs)."""
         return not self.append_only
 
@@ -167,7 +171,7 @@ class _Staging:
             if table_events:
                 self.parts[table].append(self.plan.replicas[table].source_rows(table_events))
 
-    def add_columns(self, columns: CdcColumns) -> None:
+    def add_columns(self, columns: EventColumns) -> None:
         """Stage ``columns`` if they are changes of a table as it is now."""
         table = columns.first.table
         if self.plan.replica is None or table is not self.plan.tables.get(table.name):
@@ -261,12 +265,12 @@ def range_events(
 
 def range_columns(
     plan: TaskPlan, db: PipelineDatabase, change_stream: str, read: ReadRange
-) -> Iterator[list[CdcColumns]]:
-    """:func:`range_events` as :class:`CdcColumns`, encoded in the plan's format, a table's
-    at a time."""
+) -> Iterator[EventColumns]:
+    """:func:`range_events` as :class:`EventColumns`, encoded in the plan's format, a
+    table's at a time."""
     for groups in _range_groups(plan, db, change_stream, read):
-        columns = (
-            record_columns(
+        for table, records in groups:
+            columns = record_columns(
                 plan.stream_name,
                 plan.schema,
                 table,
@@ -275,9 +279,8 @@ def range_columns(
                 plan.origin_of(table),
                 encoding=plan.format,
             )
-            for table, records in groups
-        )
-        yield [c for c in columns if c is not None]
+            if columns is not None:
+                yield columns
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,15 +307,8 @@ class CdcTask:
         with collection_paused():
             try:
                 for read in reads:
-                    if self.plan.by_columns:
-                        for chunk in range_columns(self.plan, db, self.change_stream, read):
-                            for columns in chunk:
-                                writer.write_encoded(columns.first, columns.encoded)
-                                staging.add_columns(columns)
-                    else:
-                        for events in range_events(self.plan, db, self.change_stream, read):
-                            writer.write(events)
-                            staging.add(events)
+                    for events in self._events(db, read):
+                        _write_and_stage(events, writer, staging)
             except BaseException:
                 writer.abort()
                 raise
@@ -324,6 +320,15 @@ class CdcTask:
             # Where the task's read ranges begin: no change it read is older.
             rows.append((WINDOW, "*", "", 0, self.batch_id, min(r.start for r in reads)))
         yield from rows
+
+    def _events(
+        self, db: PipelineDatabase, read: ReadRange
+    ) -> Iterator[EventColumns | list[Event]]:
+        """The events of one read range, a table's (or a chunk's) at a time."""
+        if self.plan.by_columns:
+            yield from range_columns(self.plan, db, self.change_stream, read)
+        else:
+            yield from range_events(self.plan, db, self.change_stream, read)
 
 
 #: The summary row kind of a CDC task's read window (``read_timestamp``: where it begins).
@@ -363,22 +368,39 @@ class BackfillTask:
             key = [columns.index(k) for k in table.primary_key]
             rows = [r for r in rows if tuple(r[i] for i in key) in self.kept]
         origin = self.plan.origins.get(self.table)
-        events = backfill_events(
-            self.plan.stream_name, self.plan.schema, table, rows, at, at, origin
-        )
-        writer = self.plan.writer(BACKFILL_LANE, chunk.index, 0)
+        plan = self.plan
+        events: EventColumns | list[Event] | None
+        if plan.by_columns:
+            events = backfill_columns(
+                plan.stream_name, plan.schema, table, rows, at, at, origin, encoding=plan.format
+            )
+        else:
+            events = backfill_events(plan.stream_name, plan.schema, table, rows, at, at, origin)
+        writer = plan.writer(BACKFILL_LANE, chunk.index, 0)
+        staging = _Staging(plan)
         try:
-            writer.write(events)
+            _write_and_stage(events, writer, staging)
         except BaseException:
             writer.abort()
             raise
         summaries = _segments(writer.close(), chunk.index)
-        staging = _Staging(self.plan)
-        staging.add(events)
-        obj = self.plan.replicas[self.table].object
+        obj = plan.replicas[self.table].object
         summaries += staging.write(f"backfill-{obj}-{chunk.index}", 0)
-        summaries.append(("chunk", obj, "", len(events), chunk.index, at))
+        count = 0 if events is None else len(events)
+        summaries.append(("chunk", obj, "", count, chunk.index, at))
         return summaries
+
+
+def _write_and_stage(
+    events: EventColumns | list[Event] | None, writer: SegmentWriter, staging: _Staging
+) -> None:
+    """Write ``events`` to segments and stage their replica rows."""
+    if isinstance(events, EventColumns):
+        writer.write_encoded(events.first, events.encoded)
+        staging.add_columns(events)
+    elif events:
+        writer.write(events)
+        staging.add(events)
 
 
 @dataclass(frozen=True, slots=True)
