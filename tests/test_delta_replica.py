@@ -26,7 +26,7 @@ from changestream.datastream.files import EventFileWriter, event_files, read_eve
 from changestream.ddl.schema import Table
 from changestream.errors import InvalidArgument
 from changestream.spark.history import HistoryReplica
-from changestream.spark.replica import DeltaReplica, sort_key_text
+from changestream.spark.replica import SORT_KEY_COLUMN, DeltaReplica, latest_per_key, sort_key_text
 from tests.datastream_support import (
     ALL_TYPES_DDL,
     PK,
@@ -562,3 +562,33 @@ def test_an_append_only_replica_writes_the_row_before_an_update_when_records_hol
         (1, "a3", 6, "UPDATE-INSERT"),
         (1, "a3", 6, "DELETE"),
     ]
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 3) | st.none(), st.sampled_from("ab"), st.integers(0, 50)),
+        max_size=30,
+        unique_by=lambda row: row[2],
+    )
+)
+def test_latest_per_key_keeps_each_keys_row_with_the_highest_sort_key(
+    rows: list[tuple[int | None, str, int]],
+) -> None:
+    """Keys of two columns, NULL among them, each once or many times (when each is there
+    once the rows come back as they are, unsorted)."""
+    table = pa.table(
+        {
+            "K1": pa.array([r[0] for r in rows], pa.int64()),
+            "K2": pa.array([r[1] for r in rows], pa.string()),
+            SORT_KEY_COLUMN: pa.array([sort_key_text((r[2], 1, 0, 0)) for r in rows]),
+        }
+    )
+    expected: dict[tuple[int | None, str], int] = {}
+    for k1, k2, order in rows:
+        expected[(k1, k2)] = max(order, expected.get((k1, k2), order))
+    latest = latest_per_key(table, ["K1", "K2"]).to_pylist()
+    assert len(latest) == len(expected)
+    assert {(r["K1"], r["K2"]): r[SORT_KEY_COLUMN] for r in latest} == {
+        key: sort_key_text((order, 1, 0, 0)) for key, order in expected.items()
+    }
