@@ -444,7 +444,8 @@ def test_a_table_truncated_or_dropped_and_created_again_empties_its_mirror_first
 
 def test_the_table_of_a_captured_name_is_followed_through_renames(source_dsn: str, db: Any) -> None:
     """A source captures a table by its name. A migration that fills a new table and swaps
-    it in with RENAME TABLE, or ALTER TABLE ... RENAME, leaves the mirror equal to the table
+    it in with RENAME TABLE, or ALTER TABLE ... RENAME (MariaDB's WAIT and NOWAIT, MySQL's
+    RENAME AS among the spellings), leaves the mirror equal to the table
     of that name (here 6,000 rows, copied a page at a time, its key not its first column),
     not to the one renamed away, whose later changes are not the mirror's; whether the
     connector was stopped meanwhile or runs. Before, the mirror kept the old table's rows."""
@@ -462,7 +463,7 @@ def test_the_table_of_a_captured_name_is_followed_through_renames(source_dsn: st
         "INSERT INTO accounts_new (id, owner, balance) "
         "SELECT seq, CONCAT('o', seq), seq FROM seq_1_to_6000",
     )
-    _execute(source_dsn, "RENAME TABLE accounts TO accounts_old, accounts_new TO accounts")
+    _execute(source_dsn, "RENAME TABLE accounts NOWAIT TO accounts_old, accounts_new TO accounts")
     _execute(source_dsn, "UPDATE accounts SET owner = 'first' WHERE id = 1")
     _execute(source_dsn, "UPDATE accounts_old SET owner = 'old'")
     run_source(db, "Bank", until_caught_up=True)
@@ -477,8 +478,8 @@ def test_the_table_of_a_captured_name_is_followed_through_renames(source_dsn: st
         # Once the run follows the binlog (one starting without the table would stop).
         _execute(source_dsn, "UPDATE accounts SET owner = 'second' WHERE id = 2")
         wait_while_running(lambda: _mirror_rows(db, database, ["owner"])[1] == ("second",), runner)
-        _execute(source_dsn, "ALTER TABLE accounts RENAME TO accounts_newer")
-        _execute(source_dsn, "ALTER TABLE accounts_old RENAME TO accounts")
+        _execute(source_dsn, "ALTER TABLE accounts RENAME AS accounts_newer")
+        _execute(source_dsn, "ALTER TABLE accounts_old WAIT 5 RENAME TO accounts")
         _execute(source_dsn, "INSERT INTO accounts (id, owner) VALUES (3, 'cy')")
         _execute(source_dsn, "UPDATE accounts_newer SET owner = 'newer'")
         wait_while_running(

@@ -24,6 +24,17 @@ log = logging.getLogger("changestream.sources")
 #: ``ALTER``, after any comments (other statements are not parsed: BEGIN comes with every
 #: transaction).
 _ALTER = re.compile(r"\s*(?:/\*.*?\*/\s*)*ALTER\b", re.IGNORECASE | re.DOTALL)
+#: A name, quoted or not.
+_NAME = r"(?:`(?:[^`]|``)+`|[\w$]+)"
+#: An ``ALTER TABLE``'s head, with what sqlglot does not read and changes no column or name:
+#: ``ONLINE`` and ``IGNORE`` (MariaDB, MySQL 5), and MariaDB's ``WAIT n`` / ``NOWAIT``.
+_ALTER_HEAD = re.compile(
+    rf"(\s*(?:/\*.*?\*/\s*)*)ALTER\s+(?:ONLINE\s+)?(?:IGNORE\s+)?TABLE\s+"
+    rf"((?:IF\s+EXISTS\s+)?{_NAME}(?:\s*\.\s*{_NAME})?)(?:\s+(?:WAIT\s+\d+|NOWAIT)\b)?",
+    re.IGNORECASE | re.DOTALL,
+)
+#: ``RENAME AS``, MySQL's other spelling of ``RENAME TO``.
+_RENAME_AS = re.compile(r"\bRENAME\s+AS\b", re.IGNORECASE)
 #: ``TRUNCATE`` or ``DROP``, after any comments.
 _EMPTYING = re.compile(r"\s*(?:/\*.*?\*/\s*)*(?:TRUNCATE|DROP)\b", re.IGNORECASE | re.DOTALL)
 
@@ -39,17 +50,28 @@ class ColumnChange:
     new_name: str = ""
 
 
+def _parsed_alter(statement: str) -> exp.Expr | None:
+    """``statement`` (an ``ALTER``) as sqlglot reads it, once what it does not read but that
+    changes no column or name is left out (see ``_ALTER_HEAD``) and ``RENAME AS`` is spelled
+    ``RENAME TO``; None when it cannot read it."""
+    head = _ALTER_HEAD.match(statement)
+    if head is not None:
+        statement = f"{head.group(1)}ALTER TABLE {head.group(2)}{statement[head.end() :]}"
+    try:
+        parsed = sqlglot.parse_one(_RENAME_AS.sub("RENAME TO", statement), read="mysql")
+    except sqlglot.errors.ParseError:
+        return None
+    return None if isinstance(parsed, exp.Command) else parsed
+
+
 def column_changes(statement: str, database: str) -> list[ColumnChange]:
     """The drops, renames and new types of columns ``statement`` makes, in its order;
     ``database`` is the one the statement ran in (for a table it does not qualify). Anything
     but ``ALTER TABLE`` makes none, and so does a statement sqlglot cannot read (logged)."""
     if not _ALTER.match(statement):
         return []
-    try:
-        parsed = sqlglot.parse_one(statement, read="mysql")
-    except sqlglot.errors.ParseError:
-        parsed = None
-    if parsed is None or isinstance(parsed, exp.Command):
+    parsed = _parsed_alter(statement)
+    if parsed is None:
         log.warning(
             "could not read the source's statement %r: a column it drops and adds again, "
             "renames or gives a type is not followed (columns are followed by name)",
@@ -99,11 +121,14 @@ def emptied_tables(statement: str, database: str) -> list[str]:
 
 
 #: ``RENAME TABLE``, after any comments, with what follows it.
-_RENAME = re.compile(r"\s*(?:/\*.*?\*/\s*)*RENAME\s+TABLES?\s+(.*)", re.IGNORECASE | re.DOTALL)
-#: A name, quoted or not, and one ``old TO new`` of a ``RENAME TABLE``.
-_NAME = r"(?:`(?:[^`]|``)+`|[\w$]+)"
+_RENAME = re.compile(
+    r"\s*(?:/\*.*?\*/\s*)*RENAME\s+TABLES?\s+(?:IF\s+EXISTS\s+)?(.*)", re.IGNORECASE | re.DOTALL
+)
+#: One ``old [WAIT n | NOWAIT] TO new`` of a ``RENAME TABLE`` (MariaDB waits so long for
+#: the table's lock).
 _RENAMED = re.compile(
-    rf"\s*({_NAME}(?:\s*\.\s*{_NAME})?)\s+TO\s+({_NAME}(?:\s*\.\s*{_NAME})?)\s*(,|$)",
+    rf"\s*({_NAME}(?:\s*\.\s*{_NAME})?)(?:\s+(?:WAIT\s+\d+|NOWAIT))?\s+TO\s+"
+    rf"({_NAME}(?:\s*\.\s*{_NAME})?)\s*(,|$)",
     re.IGNORECASE,
 )
 
@@ -111,7 +136,7 @@ _RENAMED = re.compile(
 def renamed_tables(statement: str, database: str) -> list[tuple[str, str]]:
     """The tables ``statement`` renames (``database.table`` before and after), in its
     order: ``RENAME TABLE a TO b, ...`` (which sqlglot does not read) and ``ALTER TABLE a
-    RENAME [TO] b``; ``database`` is the one it ran in."""
+    RENAME [TO | AS] b``; ``database`` is the one it ran in."""
     found = _RENAME.match(statement)
     if found is not None:
         renames: list[tuple[str, str]] = []
@@ -128,10 +153,7 @@ def renamed_tables(statement: str, database: str) -> list[tuple[str, str]]:
         return renames
     if not _ALTER.match(statement):
         return []
-    try:
-        parsed = sqlglot.parse_one(statement, read="mysql")
-    except sqlglot.errors.ParseError:
-        return []
+    parsed = _parsed_alter(statement)
     if not isinstance(parsed, exp.Alter) or parsed.args.get("kind") != "TABLE":
         return []
     target = parsed.this
