@@ -534,7 +534,32 @@ class Change(msgspec.Struct, frozen=True, gc=False):
     old_values: Mapping[str, Any]
 
 
-class CdcBuilder:
+class _Builder:
+    """What the events of one table read at one time share (computed once): CDC events
+    (``read_kind`` 0) or backfill events (1)."""
+
+    def __init__(
+        self,
+        stream_name: str,
+        database: str,
+        table: Table,
+        read_us: int,
+        origin: TableOrigin | None,
+        read_kind: int,
+    ) -> None:
+        self.stream_name, self.database, self.table, self.read_us = (
+            stream_name,
+            database,
+            table,
+            read_us,
+        )
+        self.origin = origin
+        self.read_method = _read_methods(origin)[read_kind]
+        self.plan = table_plan(table, _flavor(origin))
+        self.object = object_name(database, table.name)
+
+
+class CdcBuilder(_Builder):
     """Builds the CDC events of one table read at one time (what they share, computed once)."""
 
     def __init__(
@@ -545,16 +570,7 @@ class CdcBuilder:
         read_us: int,
         origin: TableOrigin | None = None,
     ) -> None:
-        self.stream_name, self.database, self.table, self.read_us = (
-            stream_name,
-            database,
-            table,
-            read_us,
-        )
-        self.origin = origin
-        self.read_method = _read_methods(origin)[0]
-        self.plan = table_plan(table, _flavor(origin))
-        self.object = object_name(database, table.name)
+        super().__init__(stream_name, database, table, read_us, origin, 0)
         self.non_key_count = len(self.plan.non_key)
 
     def __call__(
@@ -698,7 +714,7 @@ def backfill_events(
     return build.events(build.changes(rows))
 
 
-class BackfillBuilder:
+class BackfillBuilder(_Builder):
     """Builds the backfill events of one table's rows read from one snapshot (what they
     share, computed once)."""
 
@@ -711,15 +727,8 @@ class BackfillBuilder:
         read_us: int,
         origin: TableOrigin | None = None,
     ) -> None:
-        self.stream_name, self.table, self.snapshot_us, self.read_us = (
-            stream_name,
-            table,
-            snapshot_us,
-            read_us,
-        )
-        self.plan = table_plan(table, _flavor(origin))
-        self.read_method = _read_methods(origin)[1]
-        self.object = object_name(database, table.name)
+        super().__init__(stream_name, database, table, read_us, origin, 1)
+        self.snapshot_us = snapshot_us
         self.metadata = SourceMetadata(
             database=database,
             table=table.name,
