@@ -3,7 +3,9 @@
 A micro-batch's partition ranges, planned on the driver by the ``changestream`` source (see
 :mod:`changestream.spark.offset_log`), reach :class:`CdcTask` pickled with it, one group per
 task, and the task reads their changes itself; backfill chunks reach :class:`BackfillTask` as
-key ranges. Each task builds the Datastream events of its rows, writes them to segments (see
+key ranges. Each task builds the Datastream events of its rows — as columns, already encoded
+for their files (see :mod:`changestream.datastream.event_columns`), but for a history replica,
+which needs an event object each — writes them to segments (see
 :mod:`changestream.datastream.segments`: a replayed batch rewrites the same ones), and stages,
 per object, the MERGE source of the Delta replica — the newest change of each key it saw — as
 an Arrow IPC file. What returns to the driver is one small summary row per file, so the
@@ -217,12 +219,12 @@ def collection_paused() -> Iterator[None]:
 _EVENTS_PER_CHUNK: Final = 8192
 
 
-Groups = list[tuple[Table, list[DataChangeRecord]]]
+_Groups = list[tuple[Table, list[DataChangeRecord]]]
 
 
 def _range_groups(
     plan: TaskPlan, db: PipelineDatabase, change_stream: str, read: ReadRange
-) -> Iterator[Groups]:
+) -> Iterator[_Groups]:
     """The records of the plan's tables in one partition range, in commit order, a chunk at
     a time, grouped by the table each makes events of (by identity: a former table can have
     the shape of today's, which must keep its own events)."""
@@ -367,8 +369,8 @@ class BackfillTask:
         if self.kept is not None:
             key = [columns.index(k) for k in table.primary_key]
             rows = [r for r in rows if tuple(r[i] for i in key) in self.kept]
-        origin = self.plan.origins.get(self.table)
         plan = self.plan
+        origin = plan.origins.get(self.table)
         events: EventColumns | list[Event] | None
         if plan.by_columns:
             events = backfill_columns(
