@@ -23,6 +23,7 @@ from changestream.datastream.event_columns import EventColumns, backfill_columns
 from changestream.datastream.events import Event, backfill_events, record_events
 from changestream.datastream.segments import CDC_LANE, SegmentWriter
 from changestream.embedded.database import store_of
+from changestream.errors import InvalidArgument
 from changestream.spark.replica import DeltaReplica
 from changestream.streams.origins import TableOrigin, source_tag
 from tests.datastream_support import ALL_TYPES_DDL, all_types_rows
@@ -148,9 +149,13 @@ def test_names_holding_a_stand_in_still_give_the_events_lines(written: Any) -> N
         _assert_same(backfill_columns(stream, database, table, rows, 2, 2), events)
 
 
-def test_no_mod_gives_no_columns(written: Any) -> None:
-    table, _ = written
+def test_no_mod_gives_no_columns_and_an_unknown_encoding_is_refused(written: Any) -> None:
+    table, records = written
     assert record_columns(STREAM, "db", table, [], 1) is None
+    with pytest.raises(InvalidArgument, match=r"encoding must be one of avro, json, json\.gz"):
+        record_columns(STREAM, "db", table, records, 1, encoding="parquet")
+    with pytest.raises(InvalidArgument, match="got 'csv'"):
+        backfill_columns(STREAM, "db", table, all_types_rows(), 1, 1, encoding="csv")
 
 
 @pytest.mark.parametrize("fmt", ["json", "json.gz", "avro"])

@@ -35,7 +35,9 @@ from changestream.datastream.events import (
     fitted_mods,
     plan_of,
 )
+from changestream.datastream.layout import EXTENSIONS
 from changestream.ddl.schema import Table
+from changestream.errors import InvalidArgument
 from changestream.streams.origins import TableOrigin
 from changestream.streams.records import DataChangeRecord
 
@@ -81,7 +83,7 @@ class EventColumns:
         in event JSON form and ``events`` them all, should a JSON template not serve."""
         if encoding == "avro":
             self.encoded += avro_plan_of(first).encode_record(first, changes)
-        elif encoding is not None:
+        elif encoding in EXTENSIONS:
             template = _template(first)
             if template is None:
                 self.encoded += [_line(event) for event in events()]
@@ -108,6 +110,7 @@ def record_columns(
     :class:`EventColumns` (None when they hold no mod), each event encoded as a file of
     ``encoding`` holds it: ``json`` (or ``json.gz``) its JSON line, ``avro`` its Avro record
     (None: not encoded)."""
+    _check_encoding(encoding)
     build = CdcBuilder(stream_name, database, table, read_timestamp_us, origin)
     out: EventColumns | None = None
     for record, mods in fitted_mods(table, records):
@@ -148,6 +151,7 @@ def backfill_columns(
     """:func:`~changestream.datastream.events.backfill_events` of ``rows`` as
     :class:`EventColumns` (None when there is none), encoded as :func:`record_columns`
     says."""
+    _check_encoding(encoding)
     build = BackfillBuilder(
         stream_name, database, table, snapshot_timestamp_us, read_timestamp_us, origin
     )
@@ -165,6 +169,13 @@ def backfill_columns(
         functools.partial(build.events, changes),
     )
     return out
+
+
+def _check_encoding(encoding: str | None) -> None:
+    if encoding is not None and encoding not in EXTENSIONS:
+        raise InvalidArgument(
+            f"encoding must be one of {', '.join(sorted(EXTENSIONS))} or None, got {encoding!r}"
+        )
 
 
 def _cdc_payloads(plan: TablePlan, changes: Sequence[Change]) -> Iterator[dict[str, Any]]:

@@ -435,6 +435,7 @@ def record_events(
     return events
 
 
+#: The mods of a record as (keys, new values, old values), in the change records' encoding.
 Mods = Iterable[tuple[Mapping[str, Any], Mapping[str, Any], Mapping[str, Any]]]
 
 
