@@ -137,6 +137,41 @@ def test_backfill_columns_are_the_backfill_events_of_the_same_rows(
     assert backfill_columns(STREAM, "db", table, [], 1, 1, origin) is None
 
 
+def test_records_written_before_columns_changed_are_fitted_as_events_are(tmp_path: Path) -> None:
+    """Records committed before a column was added (with a DEFAULT) and another dropped
+    make the same columns as events: fitted to the table as it is now."""
+    with changestream.open(str(tmp_path / "db.sqlite")) as db:
+        db.set_split_policy(enabled=False)
+        db.execute_ddl(
+            [
+                "CREATE TABLE T (K INT64 NOT NULL, A STRING(MAX), Z INT64) PRIMARY KEY (K)",
+                "CREATE CHANGE STREAM S FOR ALL "
+                "OPTIONS (value_capture_type = 'NEW_ROW_AND_OLD_VALUES')",
+            ]
+        )
+        start = store_of(db).last_commit_ts() + 1
+        with db.transaction() as tx:
+            tx.insert("T", ["K", "A", "Z"], [[1, "a", 5], [2, "b", 6]])
+        db.execute_ddl(
+            ["ALTER TABLE T ADD COLUMN B INT64 DEFAULT (7)", "ALTER TABLE T DROP COLUMN Z"]
+        )
+        with db.transaction() as tx:
+            tx.update("T", ["K", "B"], [[1, 8]])
+            tx.delete("T", [[2]])
+        (table,) = db.tables()
+        records = _records(db, start)
+    assert [r.mod_type for r in records] == ["INSERT", "UPDATE", "DELETE"]
+    for encoding in ("json", "avro"):
+        events = record_events(STREAM, "db", table, records, 3)
+        _assert_same(
+            record_columns(STREAM, "db", table, records, 3, encoding=encoding), events, encoding
+        )
+    assert [e.payload for e in events][:2] == [
+        {"K": 1, "A": "a", "B": 7},
+        {"K": 2, "A": "b", "B": 7},
+    ]
+
+
 def test_names_holding_a_stand_in_still_give_the_events_lines(written: Any) -> None:
     """The template is cut at stand-ins; a stream or database name that holds one gets each
     line written whole instead, the same bytes."""
