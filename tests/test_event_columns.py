@@ -4,8 +4,10 @@ segments and the same staged replica rows, for every column type and metadata fl
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gzip
+from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -38,6 +40,22 @@ COLUMNS = [
     "Id", "B", "I", "F", "N", "S", "Y", "D", "T", "J", "AI", "ArrS", "AN", "AD", "ArrT", "AY",
     "AF", "AB", "AJ", "odd name-1",
 ]  # fmt: skip
+
+
+@contextlib.contextmanager
+def _captured(path: Path, table_ddl: str) -> Iterator[tuple[changestream.EmbeddedDatabase, int]]:
+    """A database at ``path`` with one table and a change stream of whole rows, and where
+    its changes begin."""
+    with changestream.open(str(path)) as db:
+        db.set_split_policy(enabled=False)
+        db.execute_ddl(
+            [
+                table_ddl,
+                "CREATE CHANGE STREAM S FOR ALL "
+                "OPTIONS (value_capture_type = 'NEW_ROW_AND_OLD_VALUES')",
+            ]
+        )
+        yield db, store_of(db).last_commit_ts() + 1
 
 
 def _records(db: changestream.EmbeddedDatabase, start: int) -> list[DataChangeRecord]:
@@ -83,16 +101,7 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, list[DataCha
     """Every type's edge values inserted, updated and deleted in tagged transactions of
     several rows, and the table's change records."""
     path = tmp_path_factory.mktemp("columns") / "db.sqlite"
-    with changestream.open(str(path)) as db:
-        db.set_split_policy(enabled=False)
-        db.execute_ddl(
-            [
-                ALL_TYPES_DDL,
-                "CREATE CHANGE STREAM S FOR ALL "
-                "OPTIONS (value_capture_type = 'NEW_ROW_AND_OLD_VALUES')",
-            ]
-        )
-        start = store_of(db).last_commit_ts() + 1
+    with _captured(path, ALL_TYPES_DDL) as (db, start):
         rows = all_types_rows()
         with db.transaction(tag=source_tag("src", "tx-1", "binlog.000001:120")) as tx:
             tx.insert("AllTypes", COLUMNS, [list(r) for r in rows])
@@ -140,16 +149,8 @@ def test_backfill_columns_are_the_backfill_events_of_the_same_rows(
 def test_records_written_before_columns_changed_are_fitted_as_events_are(tmp_path: Path) -> None:
     """Records committed before a column was added (with a DEFAULT) and another dropped
     make the same columns as events: fitted to the table as it is now."""
-    with changestream.open(str(tmp_path / "db.sqlite")) as db:
-        db.set_split_policy(enabled=False)
-        db.execute_ddl(
-            [
-                "CREATE TABLE T (K INT64 NOT NULL, A STRING(MAX), Z INT64) PRIMARY KEY (K)",
-                "CREATE CHANGE STREAM S FOR ALL "
-                "OPTIONS (value_capture_type = 'NEW_ROW_AND_OLD_VALUES')",
-            ]
-        )
-        start = store_of(db).last_commit_ts() + 1
+    table_ddl = "CREATE TABLE T (K INT64 NOT NULL, A STRING(MAX), Z INT64) PRIMARY KEY (K)"
+    with _captured(tmp_path / "db.sqlite", table_ddl) as (db, start):
         with db.transaction() as tx:
             tx.insert("T", ["K", "A", "Z"], [[1, "a", 5], [2, "b", 6]])
         db.execute_ddl(
@@ -214,19 +215,11 @@ def test_segments_and_staged_rows_match_the_event_path(
     max_file_bytes: int,
 ) -> None:
     """Whatever the transactions and however small the segments: the segments written from
-    the lines have the names and bytes of those written from the events, and the replica
-    stages the same newest row per key."""
+    the encoded columns have the names and contents of those written from the events, and
+    the replica stages the same newest row per key."""
     root = tmp_path_factory.mktemp("segments")
-    with changestream.open(str(root / "db.sqlite")) as db:
-        db.set_split_policy(enabled=False)
-        db.execute_ddl(
-            [
-                "CREATE TABLE T (K INT64 NOT NULL, V STRING(MAX), N NUMERIC) PRIMARY KEY (K)",
-                "CREATE CHANGE STREAM S FOR ALL "
-                "OPTIONS (value_capture_type = 'NEW_ROW_AND_OLD_VALUES')",
-            ]
-        )
-        start = store_of(db).last_commit_ts() + 1
+    table_ddl = "CREATE TABLE T (K INT64 NOT NULL, V STRING(MAX), N NUMERIC) PRIMARY KEY (K)"
+    with _captured(root / "db.sqlite", table_ddl) as (db, start):
         for kind, keys, value in transactions:
             with db.transaction() as tx:
                 if kind == "upsert":
