@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import decimal
+import itertools
 import random
 import subprocess
 import sys
@@ -26,7 +27,13 @@ from changestream.datastream.files import EventFileWriter, event_files, read_eve
 from changestream.ddl.schema import Table
 from changestream.errors import InvalidArgument
 from changestream.spark.history import HistoryReplica
-from changestream.spark.replica import SORT_KEY_COLUMN, DeltaReplica, latest_per_key, sort_key_text
+from changestream.spark.replica import (
+    SORT_KEY_COLUMN,
+    DeltaReplica,
+    NewestRows,
+    latest_per_key,
+    sort_key_text,
+)
 from tests.datastream_support import (
     ALL_TYPES_DDL,
     PK,
@@ -592,3 +599,56 @@ def test_latest_per_key_keeps_each_keys_row_with_the_highest_sort_key(
     assert {(r["K1"], r["K2"]): r[SORT_KEY_COLUMN] for r in latest} == {
         key: sort_key_text((order, 1, 0, 0)) for key, order in expected.items()
     }
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    changes=st.lists(
+        st.tuples(st.integers(0, 5), st.integers(0, 60), st.booleans()),
+        max_size=40,
+        unique_by=lambda change: change[1],
+    ),
+    cuts=st.lists(st.integers(0, 40), max_size=6),
+)
+def test_newest_rows_over_chunks_keep_each_keys_newest_change(
+    changes: list[tuple[int, int, bool]], cuts: list[int]
+) -> None:
+    """Changes of few keys in any order, cut into chunks at random places (a key's changes in
+    several chunks, or several times in one): the staged rows are each key's change with the
+    highest sort key, the same as those of all the changes at once."""
+    replica = DeltaReplica("unused", "db", KV)
+    newest = NewestRows(replica)
+    bounds = [0, *sorted(min(cut, len(changes)) for cut in cuts), len(changes)]
+    for begin, end in itertools.pairwise(bounds):
+        chunk = changes[begin:end]
+        newest.add(
+            [{"K": key, "V": f"v{order}"} for key, order, _ in chunk],
+            [(order, 1, 0, 0) for _, order, _ in chunk],
+            [f"u{order}" for _, order, _ in chunk],
+            [gone for _, _, gone in chunk],
+        )
+    expected: dict[int, tuple[int, bool]] = {}
+    for key, order, gone in changes:
+        if key not in expected or order > expected[key][0]:
+            expected[key] = (order, gone)
+    staged = newest.table()
+    assert staged.schema == replica.schema
+    assert sorted(staged.to_pylist(), key=lambda row: row["K"]) == [
+        {
+            "K": key,
+            "V": f"v{order}",
+            SORT_KEY_COLUMN: sort_key_text((order, 1, 0, 0)),
+            "_cs_uuid": f"u{order}",
+            "_cs_deleted": gone,
+        }
+        for key, (order, gone) in sorted(expected.items())
+    ]
+    at_once = replica.change_rows(
+        [{"K": key, "V": f"v{order}"} for key, order, _ in changes],
+        [(order, 1, 0, 0) for _, order, _ in changes],
+        [f"u{order}" for _, order, _ in changes],
+        [gone for _, _, gone in changes],
+    )
+    assert sorted(at_once.to_pylist(), key=lambda row: row["K"]) == sorted(
+        staged.to_pylist(), key=lambda row: row["K"]
+    )
