@@ -30,7 +30,6 @@ from changestream.spark.history import HistoryReplica
 from changestream.spark.replica import (
     SORT_KEY_COLUMN,
     DeltaReplica,
-    NewestRows,
     latest_per_key,
     sort_key_text,
 )
@@ -603,52 +602,42 @@ def test_latest_per_key_keeps_each_keys_row_with_the_highest_sort_key(
 
 @settings(max_examples=80, deadline=None)
 @given(
-    changes=st.lists(
-        st.tuples(st.integers(0, 5), st.integers(0, 60), st.booleans()),
-        max_size=40,
-        unique_by=lambda change: change[1],
-    ),
+    changes=st.lists(st.tuples(st.integers(0, 5), st.integers(0, 12), st.booleans()), max_size=40),
     cuts=st.lists(st.integers(0, 40), max_size=6),
 )
-def test_newest_rows_over_chunks_keep_each_keys_newest_change(
+def test_a_tasks_staged_chunks_keep_each_keys_newest_change(
     changes: list[tuple[int, int, bool]], cuts: list[int]
 ) -> None:
-    """Changes of few keys in any order, cut into chunks at random places (a key's changes in
-    several chunks, or several times in one): the staged rows are each key's change with the
-    highest sort key, the same as those of all the changes at once."""
+    """Changes of few keys, cut into chunks at random places as a task stages them (a key's
+    changes in several chunks, or several times in one; sort keys may repeat): each key's
+    staged row is its change with the highest sort key, the last of those when several
+    share it."""
     replica = DeltaReplica("unused", "db", KV)
-    newest = NewestRows(replica)
     bounds = [0, *sorted(min(cut, len(changes)) for cut in cuts), len(changes)]
+    parts = []
     for begin, end in itertools.pairwise(bounds):
-        chunk = changes[begin:end]
-        newest.add(
-            [{"K": key, "V": f"v{order}"} for key, order, _ in chunk],
-            [(order, 1, 0, 0) for _, order, _ in chunk],
-            [f"u{order}" for _, order, _ in chunk],
-            [gone for _, _, gone in chunk],
+        chunk = list(enumerate(changes))[begin:end]
+        parts.append(
+            replica.change_rows(
+                [{"K": key, "V": f"v{at}"} for at, (key, _, _) in chunk],
+                [(order, 1, 0, 0) for _, (_, order, _) in chunk],
+                [f"u{at}" for at, _ in chunk],
+                [gone for _, (_, _, gone) in chunk],
+            )
         )
-    expected: dict[int, tuple[int, bool]] = {}
-    for key, order, gone in changes:
-        if key not in expected or order > expected[key][0]:
-            expected[key] = (order, gone)
-    staged = newest.table()
+    expected: dict[int, tuple[int, int, bool]] = {}
+    for at, (key, order, gone) in enumerate(changes):
+        if key not in expected or order >= expected[key][0]:
+            expected[key] = (order, at, gone)
+    staged = replica.staged(parts) if parts else replica.schema.empty_table()
     assert staged.schema == replica.schema
     assert sorted(staged.to_pylist(), key=lambda row: row["K"]) == [
         {
             "K": key,
-            "V": f"v{order}",
+            "V": f"v{at}",
             SORT_KEY_COLUMN: sort_key_text((order, 1, 0, 0)),
-            "_cs_uuid": f"u{order}",
+            "_cs_uuid": f"u{at}",
             "_cs_deleted": gone,
         }
-        for key, (order, gone) in sorted(expected.items())
+        for key, (order, at, gone) in sorted(expected.items())
     ]
-    at_once = replica.change_rows(
-        [{"K": key, "V": f"v{order}"} for key, order, _ in changes],
-        [(order, 1, 0, 0) for _, order, _ in changes],
-        [f"u{order}" for _, order, _ in changes],
-        [gone for _, _, gone in changes],
-    )
-    assert sorted(at_once.to_pylist(), key=lambda row: row["K"]) == sorted(
-        staged.to_pylist(), key=lambda row: row["K"]
-    )

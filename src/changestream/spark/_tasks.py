@@ -48,7 +48,7 @@ from changestream.spark._backfill import Chunk
 from changestream.spark.frontier import ReadRange
 from changestream.spark.history import HistoryReplica
 from changestream.spark.planning import read_records
-from changestream.spark.replica import DeltaReplica, NewestRows
+from changestream.spark.replica import DeltaReplica
 from changestream.streams.opening import open_database
 from changestream.streams.origins import TableOrigin
 from changestream.streams.records import DataChangeRecord
@@ -153,9 +153,7 @@ class _Staging:
 
     def __init__(self, plan: TaskPlan) -> None:
         self.plan = plan
-        #: A history replica's rows (every event), and a replica's newest rows, per table.
         self.parts: dict[str, list[pa.Table]] = defaultdict(list)
-        self.newest: dict[str, NewestRows] = {}
 
     def add(self, events: Sequence[Event]) -> None:
         """Stage the changes of ``events`` that are of the tables as they are now (a former
@@ -180,19 +178,16 @@ class _Staging:
         table = columns.first.table
         if self.plan.replica is None or table is not self.plan.tables.get(table.name):
             return
-        newest = self.newest.get(table.name)
-        if newest is None:
-            newest = self.newest[table.name] = NewestRows(self.plan.replicas[table.name])
-        newest.add(columns.rows, columns.sort_keys, columns.uuids, columns.deleted)
+        replica = self.plan.replicas[table.name]
+        self.parts[table.name].append(
+            replica.change_rows(columns.rows, columns.sort_keys, columns.uuids, columns.deleted)
+        )
 
     def write(self, batch_key: str, task: int) -> list[Summary]:
-        staged = {table: newest.table() for table, newest in self.newest.items()}
-        staged.update(
-            (table, self.plan.replicas[table].staged(parts)) for table, parts in self.parts.items()
-        )
         out: list[Summary] = []
-        for table, rows in staged.items():
+        for table, parts in self.parts.items():
             replica = self.plan.replicas[table]
+            rows = replica.staged(parts)
             path = Path(self.plan.staging) / batch_key / replica.object / f"{task:05d}.arrow"
             path.parent.mkdir(parents=True, exist_ok=True)
             with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, rows.schema) as w:

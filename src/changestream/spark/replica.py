@@ -17,8 +17,7 @@ it, so applying any set of batches in any order, any number of times, gives the 
 Readers of the Delta table filter ``NOT _cs_deleted`` (:meth:`DeltaReplica.read_rows` does).
 
 This module does not import pyspark: Spark tasks stage MERGE sources with
-:class:`NewestRows` (or :meth:`DeltaReplica.source_rows`); the driver merges them with
-:meth:`DeltaReplica.apply_arrow`.
+:meth:`DeltaReplica.source_rows`; the driver merges them with :meth:`DeltaReplica.apply_arrow`.
 """
 
 from __future__ import annotations
@@ -123,8 +122,8 @@ def latest_per_key(rows: pa.Table, keys: list[str]) -> pa.Table:
         # check took 12 ms over 116,514 rows, the sort and pick 85 ms.
         return rows
     # The rows' positions in sort-key order (a stable sort: of equal sort keys the later row
-    # wins, as in ``NewestRows``), then each key's last position in that order: one take of
-    # the whole table at the end, not two (85 ms against 200 over 200,000 rows).
+    # wins, as in ``change_rows``), then each key's last position in that order: one take of
+    # the whole table, not two (85 ms against 200 over 200,000 rows in 25 chunks).
     order = pc.array_sort_indices(rows[SORT_KEY_COLUMN])
     numbered = rows.select(keys).take(order).append_column(_ROW, order)
     last = numbered.group_by(keys, use_threads=False).aggregate([(_ROW, "last")])
@@ -132,62 +131,6 @@ def latest_per_key(rows: pa.Table, keys: list[str]) -> pa.Table:
 
 
 _ROW: Final = "_cs_row"
-
-
-class NewestRows:
-    """The MERGE source of one replica built from chunks of changes (a task's, in commit
-    order within each partition range): per key, the row of its change with the highest
-    ``sort_keys``. Each chunk becomes Arrow when added; a key's row that a later chunk
-    supersedes is left out when :meth:`table` joins them, so no sort is needed."""
-
-    def __init__(self, replica: DeltaReplica) -> None:
-        self._replica = replica
-        self._parts: list[pa.Table] = []
-        #: Per key: the sort keys of its newest change, the part holding it, its row there.
-        self._newest: dict[Any, tuple[tuple[int, int, int, int], int, int]] = {}
-        self._superseded = False
-
-    def add(
-        self,
-        rows: Sequence[dict[str, Any]],
-        sort_keys: Sequence[tuple[int, int, int, int]],
-        uuids: Sequence[str],
-        deleted: Sequence[bool],
-    ) -> None:
-        """Add changes given as columns: their decoded rows, ``sort_keys``, uuids and
-        whether each deletes."""
-        latest: dict[Any, int] = {}
-        key_of = self._replica._key_of
-        for at, row in enumerate(rows):
-            key = key_of(row)
-            seen = latest.get(key)
-            if seen is None or sort_keys[at] >= sort_keys[seen]:
-                latest[key] = at
-        part, newest = len(self._parts), self._newest
-        kept: list[int] = []
-        for key, at in latest.items():
-            earlier = newest.get(key)
-            if earlier is not None:
-                if sort_keys[at] < earlier[0]:
-                    continue
-                self._superseded = True
-            newest[key] = (sort_keys[at], part, len(kept))
-            kept.append(at)
-        if kept:
-            self._parts.append(self._replica._rows_table(kept, rows, sort_keys, uuids, deleted))
-
-    def table(self) -> pa.Table:
-        """The newest row of each key added."""
-        parts = self._parts
-        if not self._superseded:
-            return pa.concat_tables(parts) if parts else self._replica.schema.empty_table()
-        positions: list[list[int]] = [[] for _ in parts]
-        for _, part, row in self._newest.values():
-            positions[part].append(row)
-        return pa.concat_tables(
-            part.take(pa.array(sorted(rows), pa.int64()))
-            for part, rows in zip(parts, positions, strict=True)
-        )
 
 
 def _storage_order(ctype: ColumnType) -> Codec:
@@ -422,21 +365,17 @@ class DeltaReplica:
         deleted: Sequence[bool],
     ) -> pa.Table:
         """:meth:`source_rows` of changes of this table given as columns: their decoded
-        rows, ``sort_keys``, uuids and whether each deletes (see :class:`NewestRows`, which
-        takes them a chunk at a time)."""
-        newest = NewestRows(self)
-        newest.add(rows, sort_keys, uuids, deleted)
-        return newest.table()
-
-    def _rows_table(
-        self,
-        kept: list[int],
-        rows: Sequence[dict[str, Any]],
-        sort_keys: Sequence[tuple[int, int, int, int]],
-        uuids: Sequence[str],
-        deleted: Sequence[bool],
-    ) -> pa.Table:
-        """The MERGE source rows of the changes at positions ``kept``."""
+        rows, ``sort_keys``, uuids and whether each deletes."""
+        latest: dict[Any, int] = {}
+        key_of = self._key_of
+        for at, row in enumerate(rows):
+            key = key_of(row)
+            seen = latest.get(key)
+            if seen is None or sort_keys[at] >= sort_keys[seen]:
+                latest[key] = at
+        if not latest:
+            return self.schema.empty_table()
+        kept = list(latest.values())
         columns = self._payload_columns([rows[at] for at in kept])
         columns += [
             sort_key_texts([sort_keys[at] for at in kept]),
