@@ -770,6 +770,71 @@ def test_columns_given_another_type_take_it_with_the_values_the_server_converted
     assert {c.name: str(c.type) for c in mirror.columns}["active"] == "STRING(MAX)"
 
 
+def test_rows_changed_before_a_type_change_in_its_transaction_take_the_converted_values(
+    source_dsn: str, db: Any
+) -> None:
+    """Row changes read before an ``ALTER COLUMN ... TYPE`` of their own transaction carry
+    values of the old type; they are applied at the commit, after the mirror's column took
+    the new one, with the values the server converted (here by a ``USING`` expression),
+    whether the connector was stopped meanwhile or runs."""
+    _execute(
+        source_dsn,
+        "INSERT INTO accounts (id, owner, active, balance) VALUES "
+        "(1, 'ana', true, 1.25), (2, 'bo', true, 2.50), (4, 'di', NULL, 4.00)",
+        "CREATE TABLE ledger (book text, line int, amount numeric(10,2), PRIMARY KEY (book, line))",
+        "INSERT INTO ledger VALUES ('a', 1, 1.5), ('a', 2, 2.5), ('b', 1, 3.5)",
+    )
+    add_source(db, "Bank", postgres=source_dsn)
+    run_source(db, "Bank", until_caught_up=True)
+    columns = ["id", "owner", "active", "balance"]
+    _execute(
+        source_dsn,
+        "UPDATE ledger SET amount = 9.25 WHERE book = 'a' AND line = 2",
+        "INSERT INTO ledger VALUES ('b', 2, 4.75)",
+        "ALTER TABLE ledger ALTER COLUMN amount TYPE text USING 'x' || amount",
+        "UPDATE accounts SET active = false, balance = 7.75 WHERE id = 1",
+        "INSERT INTO accounts (id, owner, active, balance) VALUES (3, 'cy', false, 3.5)",
+        "UPDATE accounts SET owner = 'bob' WHERE id = 2",
+        "ALTER TABLE accounts ALTER COLUMN active TYPE text",
+        "ALTER TABLE accounts ALTER COLUMN balance TYPE bigint USING (balance * 100)::bigint",
+        "DELETE FROM accounts WHERE id = 2",
+    )
+    run_source(db, "Bank", until_caught_up=True)
+    assert _mirror_rows(db, "public_accounts", columns) == _source_rows(
+        source_dsn, "accounts", columns
+    )
+    assert _mirror_rows(db, "public_accounts", columns) == [
+        (1, "ana", "false", 775),
+        (3, "cy", "false", 350),
+        (4, "di", None, 400),
+    ]
+    ledger = db.execute_sql("SELECT book, line, amount FROM public_ledger ORDER BY book, line")
+    assert [tuple(row) for row in ledger] == [
+        ("a", 1, "x1.50"),
+        ("a", 2, "x9.25"),
+        ("b", 1, "x3.50"),
+        ("b", 2, "x4.75"),
+    ]
+    with running_source(db) as runner:
+        _execute(
+            source_dsn,
+            "UPDATE accounts SET balance = 123 WHERE id = 1",
+            "INSERT INTO accounts (id, owner, active, balance) VALUES (5, 'ed', 'yes', 5)",
+            "ALTER TABLE accounts ALTER COLUMN balance TYPE numeric(20,2) USING balance / 8.0",
+            "ALTER TABLE accounts ALTER COLUMN active TYPE boolean USING active = 'false'",
+        )
+        wait_while_running(lambda: bool(db.read("public_accounts", [[5]], ["id"])), runner)
+    assert _mirror_rows(db, "public_accounts", columns) == _source_rows(
+        source_dsn, "accounts", columns
+    )
+    assert _mirror_rows(db, "public_accounts", columns) == [
+        (1, "ana", True, decimal.Decimal("15.38")),
+        (3, "cy", True, decimal.Decimal("43.75")),
+        (4, "di", None, decimal.Decimal("50.00")),
+        (5, "ed", False, decimal.Decimal("0.63")),
+    ]
+
+
 def test_the_event_trigger_follows_any_owner_and_lets_statements_through(
     source_dsn: str,
     db: Any,

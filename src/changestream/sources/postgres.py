@@ -429,9 +429,12 @@ class PostgresConnector(Connector):
             self._mirror.retype_column(table, name, ctype, pages, tag)
         self._followed.columns[table] = now
         self._mirror.save_column_identities(self._followed.to_json())
-        return [
+        reshaped = [
             _reshaped(change, renamed) if change.table == table else change for change in changes
         ]
+        for name, _ in retyped:
+            reshaped = _converted(conn, self._mirror.table(table), name, reshaped)
+        return reshaped
 
     def _follow_shape(self, conn: Any, relation: Relation) -> None:
         """Follow the columns the source now sends for a table: the mirror gains and loses
@@ -467,6 +470,68 @@ def _reshaped(change: RowChange, renamed: dict[str, str | None]) -> RowChange:
         columns=tuple(str(column) for column, _ in kept),
         new=tuple(value for _, value in kept),
     )
+
+
+def _converted(
+    conn: Any, mirrored: MirroredTable, column: str, changes: list[RowChange]
+) -> list[RowChange]:
+    """Row changes read before an ``ALTER TABLE`` of their own transaction that gave
+    ``column`` another type, with the values the server converted: each row's as the server
+    holds it now (the mirror's column has the new type, and the changes are applied at the
+    commit, after the statement). A row gone since reads NULL there until the change that
+    removed it. A key column keeps its mirrored type and its values."""
+    if column in mirrored.primary_key or column not in mirrored.columns:
+        return changes
+    key = mirrored.primary_key
+
+    def holds(change: RowChange) -> bool:
+        return (
+            change.table == mirrored.source and change.new is not None and column in change.columns
+        )
+
+    def key_of(change: RowChange) -> tuple[Any, ...]:
+        assert change.new is not None
+        return tuple(change.new[change.columns.index(k)] for k in key)
+
+    wanted = list(dict.fromkeys(key_of(change) for change in changes if holds(change)))
+    if not wanted:
+        return changes
+    values = _values_at(conn, mirrored, column, wanted)
+    out: list[RowChange] = []
+    for change in changes:
+        if holds(change):
+            assert change.new is not None
+            at = change.columns.index(column)
+            new = (*change.new[:at], values.get(key_of(change)), *change.new[at + 1 :])
+            change = replace(change, new=new)
+        out.append(change)
+    return out
+
+
+#: Keys looked up in one query by :func:`_values_at`.
+_KEYS_PER_QUERY = 1000
+
+
+def _values_at(
+    conn: Any, mirrored: MirroredTable, column: str, keys: Sequence[tuple[Any, ...]]
+) -> dict[tuple[Any, ...], Any]:
+    """``column``'s value (as the mirror's type of it) in the rows of source table
+    ``mirrored.source`` with ``keys``, as the server holds them now, by key."""
+    key = mirrored.primary_key
+    types = [mirrored.types[mirrored.columns.index(name)] for name in (*key, column)]
+    convert = _row_parser(types)
+    select, key_columns = _select(mirrored, (*key, column))
+    found: dict[tuple[Any, ...], Any] = {}
+    with conn.cursor() as cur:
+        for first in range(0, len(keys), _KEYS_PER_QUERY):
+            cur.execute(
+                f"{select} WHERE ({key_columns}) IN %s",
+                (tuple(keys[first : first + _KEYS_PER_QUERY]),),
+            )
+            for row in cur.fetchall():
+                values = convert(row)
+                found[tuple(values[:-1])] = values[-1]
+    return found
 
 
 def _select(mirrored: MirroredTable, columns: Sequence[str]) -> tuple[str, str]:
