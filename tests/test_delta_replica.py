@@ -27,12 +27,7 @@ from changestream.datastream.files import EventFileWriter, event_files, read_eve
 from changestream.ddl.schema import Table
 from changestream.errors import InvalidArgument
 from changestream.spark.history import HistoryReplica
-from changestream.spark.replica import (
-    SORT_KEY_COLUMN,
-    DeltaReplica,
-    latest_per_key,
-    sort_key_text,
-)
+from changestream.spark.replica import SORT_KEY_COLUMN, DeltaReplica, latest_per_key, sort_key_text
 from tests.datastream_support import (
     ALL_TYPES_DDL,
     PK,
@@ -629,7 +624,7 @@ def test_a_tasks_staged_chunks_keep_each_keys_newest_change(
     for at, (key, order, gone) in enumerate(changes):
         if key not in expected or order >= expected[key][0]:
             expected[key] = (order, at, gone)
-    staged = replica.staged(parts) if parts else replica.schema.empty_table()
+    staged = replica.staged(parts)
     assert staged.schema == replica.schema
     assert sorted(staged.to_pylist(), key=lambda row: row["K"]) == [
         {
