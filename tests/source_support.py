@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import changestream
@@ -87,13 +88,21 @@ def running_source(
     assert not runner.is_alive()
 
 
-def start_connector(path: str, name: str = "Bank") -> subprocess.Popen[bytes]:
-    """``changestream sources run NAME --db PATH`` in a process of its own."""
+def start_connector(
+    path: str, name: str = "Bank", fault: str | None = None
+) -> subprocess.Popen[bytes]:
+    """``changestream sources run NAME --db PATH`` in a process of its own (with ``fault``,
+    that mode of ``tests/faults``)."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    if fault is not None:
+        faults = str(Path(__file__).parent / "faults")
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [faults, env.get("PYTHONPATH")]))
+        env["CHANGESTREAM_FAULT"] = fault
     return subprocess.Popen(
         [sys.executable, "-m", "changestream", "sources", "run", name, "--db", path],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env=env,
     )
 
 

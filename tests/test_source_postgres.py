@@ -835,6 +835,69 @@ def test_rows_changed_before_a_type_change_in_its_transaction_take_the_converted
     ]
 
 
+@pytest.mark.parametrize(
+    ("statements", "columns", "expected"),
+    [
+        (
+            ["ALTER TABLE accounts RENAME COLUMN owner TO holder"],
+            ["id", "holder", "balance"],
+            [(1, "anna", decimal.Decimal("7.75")), (2, "bo", decimal.Decimal("2.50"))],
+        ),
+        (
+            ["ALTER TABLE accounts ALTER COLUMN balance TYPE bigint USING (balance * 100)::bigint"],
+            ["id", "owner", "balance"],
+            [(1, "anna", 775), (2, "bo", 250)],
+        ),
+        (
+            [
+                "ALTER TABLE accounts DROP COLUMN balance",
+                "ALTER TABLE accounts ADD COLUMN balance numeric(20,2) DEFAULT 9.5",
+                "UPDATE accounts SET balance = 3 WHERE id = 2",
+                "ALTER TABLE accounts RENAME COLUMN owner TO holder",
+                "ALTER TABLE accounts ALTER COLUMN balance TYPE text",
+            ],
+            ["id", "holder", "balance"],
+            [(1, "anna", "9.50"), (2, "bo", "3.00")],
+        ),
+    ],
+    ids=["rename", "type", "drop-add-rename-type"],
+)
+def test_a_kill_after_statements_followed(
+    source_dsn: str,
+    tmp_path: Path,
+    statements: list[str],
+    columns: list[str],
+    expected: list[tuple[Any, ...]],
+) -> None:
+    """SIGKILL after the connector followed the statements of a transaction that changed
+    rows before them, and before that transaction was applied: the next run reads it again,
+    with its row changes in the table's shape before the statements (so the mirror, which
+    followed them already, is ahead of them), and the mirror ends equal to the source,
+    losing no column's values."""
+    path = str(tmp_path / "killed.db")
+    _execute(
+        source_dsn,
+        "INSERT INTO accounts (id, owner, balance) VALUES (1, 'ana', 1.25), (2, 'bo', 2.5)",
+    )
+    with changestream.open(path) as db:
+        add_source(db, "Bank", postgres=source_dsn)
+        run_source(db, "Bank", until_caught_up=True)
+    _execute(
+        source_dsn, "UPDATE accounts SET owner = 'anna', balance = 7.75 WHERE id = 1", *statements
+    )
+    process = start_connector(path, fault="sigkill-before-source-apply")
+    assert process.wait(timeout=60) == -signal.SIGKILL
+    _wait_for_slot_release(source_dsn)
+    with changestream.open(path) as db:
+        run_source(db, "Bank", until_caught_up=True)
+        assert _mirror_rows(db, "public_accounts", columns) == _source_rows(
+            source_dsn, "accounts", columns
+        )
+        assert _mirror_rows(db, "public_accounts", columns) == expected
+        xids = captured_transactions(db, "Bank")
+    assert len(xids) == len(set(xids))
+
+
 def test_the_event_trigger_follows_any_owner_and_lets_statements_through(
     source_dsn: str,
     db: Any,

@@ -1,4 +1,4 @@
-"""Fault injection for the benchmark tests: a broken build on demand.
+"""Fault injection for the benchmark and source tests: a broken build, or a crash, on demand.
 
 With this directory on ``PYTHONPATH`` and ``CHANGESTREAM_FAULT=drop-every-10th``, every change
 stream read (embedded, server, watch(), Stream Client, Spark workers: every process started with
@@ -6,6 +6,10 @@ this environment) drops every tenth data change record it reads. With
 ``CHANGESTREAM_FAULT=drop-every-10th-in-children`` the first process is spared and only the
 processes it starts drop records (so an in-process baseline stays right and a Spark read does
 not). Without the variable it does nothing. The benchmarks' own checks must then fail.
+
+With ``CHANGESTREAM_FAULT=sigkill-before-source-apply``, a source connector kills its own
+process with SIGKILL when it is about to apply the first source transaction that changed rows:
+after it followed that transaction's statements, before the transaction is in the mirror.
 """
 
 import os
@@ -31,3 +35,16 @@ elif _MODE in ("drop-every-10th", "drop-every-10th-in-children"):
             yield record
 
     _read.ChangeStreamReader._partition = _dropping
+elif _MODE == "sigkill-before-source-apply":
+    import signal
+
+    from changestream.sources import mirror as _mirror
+
+    _apply = _mirror.Mirror.apply
+
+    def _killed(self, transaction, idempotent=False):  # type: ignore[no-untyped-def]
+        if transaction.changes:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return _apply(self, transaction, idempotent)
+
+    _mirror.Mirror.apply = _killed

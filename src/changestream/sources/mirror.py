@@ -104,18 +104,22 @@ class Mirror:
         columns: Sequence[str],
         type_of: Callable[[str], ColumnType],
         existing: Callable[[str, ColumnType], Any] | None = None,
+        drop: bool = True,
     ) -> None:
         """Make the mirror of ``source`` have exactly ``columns``, the ones the source's
         changes now carry: add the new ones (``type_of`` tells their type), drop the ones the
-        source dropped. ``existing(name, type)`` tells the value the source's existing rows
-        read in an added column (its ``ADD COLUMN ... DEFAULT``, which the source applies
-        without sending a change per row); the mirror's rows then read it too."""
+        source dropped (unless not ``drop``). ``existing(name, type)`` tells the value the
+        source's existing rows read in an added column (its ``ADD COLUMN ... DEFAULT``,
+        which the source applies without sending a change per row); the mirror's rows then
+        read it too."""
         table = self._tables[source]
         for name in columns:
             if name not in table.columns:
                 ctype = type_of(name)
                 value = None if existing is None else existing(name, ctype)
                 self._add_column(source, name, ctype, value)
+        if not drop:
+            return
         for name in [c for c in self._tables[source].columns if c not in columns]:
             self.drop_column(source, name)
 

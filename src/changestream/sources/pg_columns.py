@@ -190,12 +190,15 @@ def read_dropped(content: bytes) -> dict[str, int]:
 class Followed:
     """What the connector keeps of its tables as of where it has read: each one's column
     identities, the oid of the table its mirror follows (None: dropped, or a copy of a table
-    created again not whole yet), and, for a table copied again, the LSN before that copy
-    (its trigger messages up to there are in the copy)."""
+    created again not whole yet), for a table copied again, the LSN before that copy (its
+    trigger messages up to there are in the copy), and, for a table whose identities a
+    transaction not applied yet changed, that transaction's commit LSN and the identities
+    it started from (:meth:`rewind`)."""
 
     columns: dict[str, dict[str, Identity]] = field(default_factory=dict)
     oids: dict[str, int | None] = field(default_factory=dict)
     copied: dict[str, int] = field(default_factory=dict)
+    started: dict[str, tuple[int, dict[str, Identity]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._relations = frozenset(o for o in self.oids.values() if o is not None)
@@ -214,8 +217,39 @@ class Followed:
         the table's last copy made again."""
         return commit_lsn <= self.copied.get(table, -1)
 
+    def change(self, table: str, commit_lsn: int, columns: dict[str, Identity]) -> None:
+        """A statement of the transaction committing at ``commit_lsn`` gave ``table`` these
+        column identities (the ones it started from are kept until :meth:`applied`)."""
+        if self.started.get(table, (None,))[0] != commit_lsn:
+            self.started[table] = (commit_lsn, self.columns.get(table, {}))
+        self.columns[table] = columns
+
+    def rewind(self, commit_lsn: int) -> list[str]:
+        """The transaction committing at ``commit_lsn`` is read again (the connector stopped
+        after following its statements, before applying it): each table it changed gets
+        the identities it started from, so its statements are followed again (the mirror
+        does nothing twice) and its row changes before them reshaped again. Returns those
+        tables."""
+        tables = [t for t, (lsn, _) in self.started.items() if lsn == commit_lsn]
+        for table in tables:
+            self.columns[table] = self.started[table][1]
+        return tables
+
+    def applied(self, commit_lsn: int) -> bool:
+        """The transaction committing at ``commit_lsn`` was applied: what transactions up
+        to it started from is no longer needed. Whether anything was let go."""
+        done = [t for t, (lsn, _) in self.started.items() if lsn <= commit_lsn]
+        for table in done:
+            del self.started[table]
+        return bool(done)
+
     def to_json(self) -> dict[str, Any]:
-        return {"tables": self.columns, "oids": self.oids, "copied": self.copied}
+        return {
+            "tables": self.columns,
+            "oids": self.oids,
+            "copied": self.copied,
+            "started": {t: [lsn, columns] for t, (lsn, columns) in self.started.items()},
+        }
 
     @staticmethod
     def from_json(body: Mapping[str, Any]) -> Followed:
@@ -223,13 +257,18 @@ class Followed:
         an earlier version holds the identities alone."""
         tables = body.get("tables", body)
         return Followed(
-            {
-                str(table): {str(c): (int(i[0]), int(i[1]), int(i[2])) for c, i in cols.items()}
-                for table, cols in tables.items()
-            },
+            {str(table): _identities(cols) for table, cols in tables.items()},
             {
                 str(t): None if oid is None else int(oid)
                 for t, oid in (body.get("oids") or {}).items()
             },
             {str(t): int(lsn) for t, lsn in (body.get("copied") or {}).items()},
+            {
+                str(t): (int(lsn), _identities(cols))
+                for t, (lsn, cols) in (body.get("started") or {}).items()
+            },
         )
+
+
+def _identities(columns: Mapping[str, Any]) -> dict[str, Identity]:
+    return {str(c): (int(i[0]), int(i[1]), int(i[2])) for c, i in columns.items()}

@@ -74,6 +74,9 @@ class PostgresConnector(Connector):
         self._shapes = RowShapes()
         #: Which column and table is which, as of where the connector has read.
         self._followed = pg_columns.Followed()
+        #: The tables whose statements the transaction being read has had followed already
+        #: (it is read again): its relation messages may be older than their mirrors.
+        self._read_again: frozenset[str] = frozenset()
 
     def _server_error(self) -> type[Exception]:
         return pg_catalog.server_error()
@@ -236,6 +239,11 @@ class PostgresConnector(Connector):
                     decoded = decode(bytes(message.payload))
                     if isinstance(decoded, Begin):
                         begin, changes = decoded, []
+                        self._read_again = frozenset(
+                            self._followed.rewind(begin.final_lsn)
+                            if begin.final_lsn >= applied
+                            else ()
+                        )
                     elif isinstance(decoded, Commit):
                         assert begin is not None, "a commit without its begin"
                         if decoded.end_lsn <= applied:
@@ -253,6 +261,8 @@ class PostgresConnector(Connector):
                             )
                             applied = decoded.end_lsn
                             stream.send_feedback(flush_lsn=applied)
+                        if self._followed.applied(decoded.commit_lsn):
+                            self._mirror.save_column_identities(self._followed.to_json())
                         begin, changes = None, []
                     elif isinstance(decoded, Relation):
                         if self._followed.follows(decoded.relation_id):
@@ -305,7 +315,7 @@ class PostgresConnector(Connector):
             self._followed.follow(table, None)
             self._mirror.save_column_identities(self._followed.to_json())
             raise _MadeAnew
-        return self._follow_columns(conn, found, tag, changes)
+        return self._follow_columns(conn, found, begin, tag, changes)
 
     def _follow_drop(
         self, dropped: dict[str, int], begin: Begin, tag: str, changes: list[RowChange]
@@ -347,6 +357,7 @@ class PostgresConnector(Connector):
         table up to the LSN before the snapshot are in the copy and left out."""
         definition = self._definition
         self._followed.follow(table, None)  # a copy cut short is made again
+        self._followed.started.pop(table, None)
         self._mirror.save_column_identities(self._followed.to_json())
         with pg_catalog.session(definition.dsn) as snap:
             before = self._published_snapshot(conn, snap, table)
@@ -394,6 +405,7 @@ class PostgresConnector(Connector):
         self,
         conn: Any,
         message: pg_columns.ColumnsMessage,
+        begin: Begin,
         tag: str,
         changes: list[RowChange],
     ) -> list[RowChange]:
@@ -427,7 +439,7 @@ class PostgresConnector(Connector):
             mirrored = self._mirror.table(table)
             pages = functools.partial(_current_values, conn, mirrored, name, ctype)
             self._mirror.retype_column(table, name, ctype, pages, tag)
-        self._followed.columns[table] = now
+        self._followed.change(table, begin.final_lsn, now)
         self._mirror.save_column_identities(self._followed.to_json())
         reshaped = [
             _reshaped(change, renamed) if change.table == table else change for change in changes
@@ -438,21 +450,30 @@ class PostgresConnector(Connector):
 
     def _follow_shape(self, conn: Any, relation: Relation) -> None:
         """Follow the columns the source now sends for a table: the mirror gains and loses
-        the same ones."""
+        the same ones.
+
+        In a transaction read again whose statements were followed already, the mirror may
+        be ahead of the message (a column renamed or dropped, or given another type, later
+        in the transaction): the mirror then only gains columns (the statements, followed
+        again, drop what they dropped), and the row changes are read by the message's own
+        column types (the statements' values are converted when they are followed)."""
         source = f"{relation.schema}.{relation.table}"
         oids = {c.name: c.type_oid for c in relation.columns}
+        names = [c.name for c in relation.columns]
+
+        def type_of(name: str) -> ColumnType:
+            return pg_catalog.type_of(conn, oids[name], name, source)
 
         def existing(name: str, ctype: ColumnType) -> Any:
             text = pg_catalog.existing_rows_value(conn, source, name)
             return None if text is None else parser(ctype)(text)
 
-        self._mirror.follow_columns(
-            source,
-            [c.name for c in relation.columns],
-            lambda name: pg_catalog.type_of(conn, oids[name], name, source),
-            existing,
-        )
-        self._shapes.relation(relation, self._mirror.table(source))
+        read_again = source in self._read_again
+        self._mirror.follow_columns(source, names, type_of, existing, drop=not read_again)
+        mirrored = self._mirror.table(source)
+        if read_again:
+            mirrored = replace(mirrored, columns=tuple(names), types=tuple(map(type_of, names)))
+        self._shapes.relation(relation, mirrored)
 
 
 def _reshaped(change: RowChange, renamed: dict[str, str | None]) -> RowChange:
