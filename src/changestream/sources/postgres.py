@@ -444,9 +444,7 @@ class PostgresConnector(Connector):
         reshaped = [
             _reshaped(change, renamed) if change.table == table else change for change in changes
         ]
-        for name, _ in retyped:
-            reshaped = _converted(conn, self._mirror.table(table), name, reshaped)
-        return reshaped
+        return _converted(conn, self._mirror.table(table), [name for name, _ in retyped], reshaped)
 
     def _follow_shape(self, conn: Any, relation: Relation) -> None:
         """Follow the columns the source now sends for a table: the mirror gains and loses
@@ -494,37 +492,41 @@ def _reshaped(change: RowChange, renamed: dict[str, str | None]) -> RowChange:
 
 
 def _converted(
-    conn: Any, mirrored: MirroredTable, column: str, changes: list[RowChange]
+    conn: Any, mirrored: MirroredTable, columns: Sequence[str], changes: list[RowChange]
 ) -> list[RowChange]:
     """Row changes read before an ``ALTER TABLE`` of their own transaction that gave
-    ``column`` another type, with the values the server converted: each row's as the server
-    holds it now (the mirror's column has the new type, and the changes are applied at the
+    ``columns`` other types, with the values the server converted: each row's as the server
+    holds it now (the mirror's columns have the new types, and the changes are applied at the
     commit, after the statement). A row gone since reads NULL there until the change that
     removed it. A key column keeps its mirrored type and its values."""
-    if column in mirrored.primary_key or column not in mirrored.columns:
-        return changes
     key = mirrored.primary_key
+    columns = [c for c in columns if c not in key and c in mirrored.columns]
+    if not columns:
+        return changes
 
-    def holds(change: RowChange) -> bool:
-        return (
-            change.table == mirrored.source and change.new is not None and column in change.columns
-        )
-
-    def key_of(change: RowChange) -> tuple[Any, ...]:
-        assert change.new is not None
+    def key_of(change: RowChange) -> tuple[Any, ...] | None:
+        """The key of a change that holds any of ``columns`` (None: one that holds none)."""
+        if change.table != mirrored.source or change.new is None:
+            return None
+        if not any(c in change.columns for c in columns):
+            return None
         return tuple(change.new[change.columns.index(k)] for k in key)
 
-    wanted = list(dict.fromkeys(key_of(change) for change in changes if holds(change)))
+    keys = [key_of(change) for change in changes]
+    wanted = list(dict.fromkeys(k for k in keys if k is not None))
     if not wanted:
         return changes
-    values = _values_at(conn, mirrored, column, wanted)
+    values = _values_at(conn, mirrored, columns, wanted)
     out: list[RowChange] = []
-    for change in changes:
-        if holds(change):
+    for change, found in zip(changes, keys, strict=True):
+        if found is not None:
             assert change.new is not None
-            at = change.columns.index(column)
-            new = (*change.new[:at], values.get(key_of(change)), *change.new[at + 1 :])
-            change = replace(change, new=new)
+            held = values.get(found, (None,) * len(columns))
+            new = list(change.new)
+            for column, value in zip(columns, held, strict=True):
+                if column in change.columns:
+                    new[change.columns.index(column)] = value
+            change = replace(change, new=tuple(new))
         out.append(change)
     return out
 
@@ -534,15 +536,14 @@ _KEYS_PER_QUERY = 1000
 
 
 def _values_at(
-    conn: Any, mirrored: MirroredTable, column: str, keys: Sequence[tuple[Any, ...]]
-) -> dict[tuple[Any, ...], Any]:
-    """``column``'s value (as the mirror's type of it) in the rows of source table
+    conn: Any, mirrored: MirroredTable, columns: Sequence[str], keys: Sequence[tuple[Any, ...]]
+) -> dict[tuple[Any, ...], tuple[Any, ...]]:
+    """The values of ``columns`` (as the mirror's types of them) in the rows of source table
     ``mirrored.source`` with ``keys``, as the server holds them now, by key."""
-    key = mirrored.primary_key
-    types = [mirrored.types[mirrored.columns.index(name)] for name in (*key, column)]
-    convert = _row_parser(types)
-    select, key_columns = _select(mirrored, (*key, column))
-    found: dict[tuple[Any, ...], Any] = {}
+    types = [mirrored.types[mirrored.columns.index(name)] for name in columns]
+    select, key_columns, convert = _key_and_columns(mirrored, columns, types)
+    width = len(mirrored.primary_key)
+    found: dict[tuple[Any, ...], tuple[Any, ...]] = {}
     with conn.cursor() as cur:
         for first in range(0, len(keys), _KEYS_PER_QUERY):
             cur.execute(
@@ -551,7 +552,7 @@ def _values_at(
             )
             for row in cur.fetchall():
                 values = convert(row)
-                found[tuple(values[:-1])] = values[-1]
+                found[tuple(values[:width])] = tuple(values[width:])
     return found
 
 
@@ -587,10 +588,19 @@ def _current_values(
     """Every row's key values and ``column``'s value (as type ``ctype``) of source table
     ``mirrored.source`` as the server holds them now, as mirror values, in key order, a page
     at a time."""
-    key = mirrored.primary_key
-    types = [*(mirrored.types[mirrored.columns.index(k)] for k in key), ctype]
-    convert = _row_parser(types)
-    select, keys = _select(mirrored, (*key, column))
+    select, keys, convert = _key_and_columns(mirrored, [column], [ctype])
     with conn.cursor() as cur:
-        for rows in key_pages(cur, select, keys, range(len(key))):
+        for rows in key_pages(cur, select, keys, range(len(mirrored.primary_key))):
             yield [convert(row) for row in rows]
+
+
+def _key_and_columns(
+    mirrored: MirroredTable, columns: Sequence[str], types: Sequence[ColumnType]
+) -> tuple[str, str, Callable[[Sequence[Any]], list[Any]]]:
+    """A query of the key columns and ``columns`` of source table ``mirrored.source`` (see
+    :func:`_select`), its key columns, and the parser of its rows into mirror values, the
+    key's by its mirrored types and ``columns``' by ``types``."""
+    key = mirrored.primary_key
+    key_types = [mirrored.types[mirrored.columns.index(k)] for k in key]
+    select, key_columns = _select(mirrored, (*key, *columns))
+    return select, key_columns, _row_parser([*key_types, *types])
