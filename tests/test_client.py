@@ -624,6 +624,61 @@ def test_a_backlog_across_splits_and_merges_is_caught_up_in_key_order(
     assert [reason for _, _, reason in log.shutdowns].count(ShutdownReason.PARTITION_END) == 3
 
 
+class ReadingThreads:
+    """A database noting the threads that make the bounded reads (a catch-up's) of the read
+    function and take their records; everything else goes to ``db`` as it is."""
+
+    def __init__(self, db: EmbeddedDatabase) -> None:
+        self._db = db
+        self.threads: set[str] = set()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._db, name)
+
+    def read_change_stream(self, *args: Any) -> Any:
+        records = self._db.read_change_stream(*args)
+        if args[2] is None:  # a live read (end None) stays on its own thread
+            return records
+        self.threads.add(threading.current_thread().name)
+
+        def noted() -> Iterator[Any]:
+            try:
+                for record in records:
+                    self.threads.add(threading.current_thread().name)
+                    yield record
+            finally:
+                records.close()
+
+        return noted()
+
+
+def test_a_workers_partitions_catch_up_on_one_thread(acc: tuple[EmbeddedDatabase, int]) -> None:
+    db, created = acc
+    for boundary in (10, 20, 30):
+        db.split_at("Acc", (boundary,))
+    for value in range(200):
+        write(db, [[value % 40, value]])
+    log = Log()
+    reading = ReadingThreads(db)
+    worker = StreamClient(
+        reading,  # type: ignore[arg-type]
+        STREAM,
+        "w1",
+        lambda: Recorder(log, "w1"),
+        lease_timeout=TIMEOUT,
+        start_timestamp=created,
+        max_records=7,
+    )
+    with running(worker):
+        wait_for("the backlog", lambda: log.count() == 200)
+    # The four partitions the rows are in (and their ancestors), each caught up in many
+    # bounded reads, all of them on one thread (one SQLite connection), whatever thread
+    # processes the partition.
+    assert len(partition_rows(db)) >= 4
+    assert reading.threads == {"changestream-w1-catch-up_0"}
+    assert sorted(v for values in log.values().values() for v in values) == list(range(200))
+
+
 def test_a_database_clock_behind_this_one_does_not_hold_the_catch_up(tmp_path: Path) -> None:
     # A replay clock far behind the wall clock: a read up to "now" waits for commits, and
     # the partition goes live after the first heartbeat instead of waiting for the clock.

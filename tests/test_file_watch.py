@@ -86,6 +86,46 @@ def test_an_idle_poller_looks_rarely_and_still_sees_another_handles_commit_at_on
         signal.stop()
 
 
+def test_writes_that_move_no_watermark_do_not_keep_the_poller_looking_fast(
+    tmp_path: Path,
+) -> None:
+    path = str(tmp_path / "s.db")
+    with changestream.open(path) as db, changestream.open(path) as other:
+        db.execute_ddl("CREATE TABLE T (K INT64 NOT NULL) PRIMARY KEY (K)")
+        store, writer = store_of(db), store_of(other)
+        with writer.locked() as conn:
+            conn.execute("CREATE TABLE bookkeeping (n INTEGER)")
+        looks: list[float] = []
+
+        def watermark(conn: object) -> int:
+            looks.append(time.monotonic())
+            return store.watermark(conn)  # type: ignore[arg-type]
+
+        signal = CommitSignal(store.connection, watermark, lambda: False, f"{path}-wal")
+        with signal.listening():
+            time.sleep(0.5)
+            before, writes = len(looks), 0
+            began = time.monotonic()
+            while time.monotonic() - began < 1.0:
+                # Bookkeeping, as a Stream Client's checkpoints: the WAL is written, the
+                # watermark stays.
+                with writer.locked() as conn:
+                    conn.execute("INSERT INTO bookkeeping VALUES (?)", (writes,))
+                writes += 1
+                time.sleep(0.02)
+            per_write = (len(looks) - before) / writes
+            # Looking every FIRST_POLL_S for ACTIVE_S after each write was 40 looks a write;
+            # a few looks after each (its commit shows a moment after it), then the long pause.
+            assert per_write <= 12, per_write
+            seen = signal.generation
+            with other.transaction() as tx:
+                tx.insert("T", ["K"], [[1]])
+            committed = time.monotonic()
+            assert signal.wait(seen, 10) != seen
+            assert time.monotonic() - committed < commit_signal.MAX_WATCHED_POLL_S / 2
+        signal.stop()
+
+
 def test_closing_a_database_ends_its_pollers_long_pause_at_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

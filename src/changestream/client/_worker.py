@@ -126,9 +126,10 @@ class StreamClient:
         self._coordinator = LeaseCoordinator(db, table, self._config, self._start_consumer)
         self._thread_prefix = f"changestream-{worker_id}"
         self._executor = ThreadPoolExecutor(_MAX_THREADS, self._thread_prefix)
+        #: Where partitions catching up read, one batch at a time (see
+        #: PartitionConsumer._read_committed).
+        self._catch_up = ThreadPoolExecutor(1, f"{self._thread_prefix}-catch-up")
         self._stopping = threading.Event()
-        #: Partitions catching up read one batch at a time (see PartitionConsumer._catch_up).
-        self._catch_up_gate = threading.Lock()
         self._done = threading.Event()
         self._lock = threading.Lock()
         self._started = False
@@ -211,7 +212,7 @@ class StreamClient:
             self._stopping,
             self._executor,
             self._fail,
-            self._catch_up_gate,
+            self._catch_up,
             self._clock,
         )
         self._executor.submit(consumer.run)
@@ -263,4 +264,5 @@ class StreamClient:
         except ChangeStreamError as exc:
             log.warning("worker %s could not tidy its leases up: %s", self.worker_id, exc)
         self._executor.shutdown(wait=True)
+        self._catch_up.shutdown(wait=True)
         self._done.set()
