@@ -615,7 +615,12 @@ def test_a_tasks_staged_chunks_keep_each_keys_newest_change(
         parts.append(
             replica.change_rows(
                 [{"K": key, "V": f"v{at}"} for at, (key, _, _) in chunk],
-                [(order, 1, 0, 0) for _, (_, order, _) in chunk],
+                [
+                    [order for _, (_, order, _) in chunk],
+                    [1] * len(chunk),
+                    [0] * len(chunk),
+                    [0] * len(chunk),
+                ],
                 [f"u{at}" for at, _ in chunk],
                 [gone for _, (_, _, gone) in chunk],
             )

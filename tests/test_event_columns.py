@@ -91,7 +91,7 @@ def _assert_same(columns: EventColumns | None, events: list[Event], encoding: st
     else:
         assert columns.encoded == [_line(e) for e in events]
     assert columns.rows == [e.payload for e in events]
-    assert columns.sort_keys == [e.sort_keys for e in events]
+    assert list(zip(*columns.sort_key_columns, strict=True)) == [e.sort_keys for e in events]
     assert columns.uuids == [e.uuid for e in events]
     assert columns.deleted == [e.is_deleted for e in events]
 
@@ -247,5 +247,7 @@ def test_segments_and_staged_rows_match_the_event_path(
         assert _content(root / "events" / relative) == _content(root / "columns" / relative)
 
     replica = DeltaReplica(root / "replica", "db", table)
-    staged = replica.change_rows(columns.rows, columns.sort_keys, columns.uuids, columns.deleted)
+    staged = replica.change_rows(
+        columns.rows, columns.sort_key_columns, columns.uuids, columns.deleted
+    )
     assert staged.equals(replica.source_rows(events))

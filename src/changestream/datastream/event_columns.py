@@ -63,7 +63,10 @@ class EventColumns:
     first: Event
     encoded: list[bytes] = field(default_factory=list)
     rows: list[dict[str, Any]] = field(default_factory=list)
-    sort_keys: list[tuple[int, int, int, int]] = field(default_factory=list)
+    #: The events' ``sort_keys`` as four columns (one list per place in them).
+    sort_key_columns: tuple[list[int], list[int], list[int], list[int]] = field(
+        default_factory=lambda: ([], [], [], [])
+    )
     uuids: list[str] = field(default_factory=list)
     deleted: list[bool] = field(default_factory=list)
 
@@ -89,9 +92,15 @@ class EventColumns:
                 self.encoded += [_line(event) for event in events()]
             else:
                 self.encoded += _lines(template, changes, payloads())
-        stamp = first.sort_keys[:3]
+        count = len(changes)
+        # The events differ in their mod index only.
+        timestamps, ranks, sequences, indexes = self.sort_key_columns
+        timestamp, rank, sequence, _ = first.sort_keys
+        timestamps += [timestamp] * count
+        ranks += [rank] * count
+        sequences += [sequence] * count
+        indexes += [change.mod_index for change in changes]
         self.rows += [change.row for change in changes]
-        self.sort_keys += [(*stamp, change.mod_index) for change in changes]
         self.uuids += [change.uuid for change in changes]
         self.deleted += [first.is_deleted] * len(changes)
 

@@ -180,7 +180,9 @@ class _Staging:
             return
         replica = self.plan.replicas[table.name]
         self.parts[table.name].append(
-            replica.change_rows(columns.rows, columns.sort_keys, columns.uuids, columns.deleted)
+            replica.change_rows(
+                columns.rows, columns.sort_key_columns, columns.uuids, columns.deleted
+            )
         )
 
     def write(self, batch_key: str, task: int) -> list[Summary]:

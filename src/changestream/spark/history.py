@@ -81,7 +81,7 @@ class HistoryReplica(DeltaReplica):
             rows.append((event, event.payload, change))
         columns = self._payload_columns([payload for _, payload, _ in rows])
         columns += (
-            sort_key_texts([event.sort_keys for event, _, _ in rows]),
+            sort_key_texts(tuple(zip(*(event.sort_keys for event, _, _ in rows), strict=True))),
             pa.array([event.uuid for event, _, _ in rows], pa.string()),
         )
         columns.append(pa.array([change for _, _, change in rows], pa.string()))

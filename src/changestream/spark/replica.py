@@ -25,7 +25,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-import operator
 import os
 import urllib.parse
 from collections.abc import Sequence
@@ -104,10 +103,10 @@ def sort_key_text(sort_keys: Sequence[int]) -> str:
     return "{:019d}-{:019d}-{:019d}-{:019d}".format(*sort_keys)
 
 
-def sort_key_texts(sort_keys: list[tuple[int, int, int, int]]) -> pa.Array:
-    """:func:`sort_key_text` of many sort keys, in Arrow (a Python loop costs more than the
-    MERGE for large batches)."""
-    parts = [pa.array(column, pa.int64()) for column in zip(*sort_keys, strict=True)]
+def sort_key_texts(columns: Sequence[Sequence[int]]) -> pa.Array:
+    """:func:`sort_key_text` of many sort keys given as four columns (one per place in
+    them), in Arrow (a Python loop costs more than the MERGE for large batches)."""
+    parts = [pa.array(column, pa.int64()) for column in columns]
     if min(pc.min(part).as_py() for part in parts) < 0:
         raise InvalidArgument("sort_keys must not be negative")
     padded = [pc.utf8_lpad(pc.cast(part, pa.string()), 19, "0") for part in parts]
@@ -126,8 +125,8 @@ def latest_per_key(rows: pa.Table, keys: list[str]) -> pa.Table:
         # check took 12 ms over 116,514 rows, the sort and pick 85 ms.
         return rows
     # The rows' positions in sort-key order (a stable sort: of equal sort keys the later row
-    # wins, as in ``change_rows``), then each key's last position in that order: one take of
-    # the whole table, not two (80-110 ms against 230-260 over 200,000 rows).
+    # wins), then each key's last position in that order: one take of the whole table, not
+    # two (80-110 ms against 230-260 over 200,000 rows).
     order = pc.array_sort_indices(rows[SORT_KEY_COLUMN])
     numbered = rows.select(keys).take(order).append_column(_ROW, order)
     last = numbered.group_by(keys, use_threads=False).aggregate([(_ROW, "last")])
@@ -291,10 +290,16 @@ class DeltaReplica:
             table_plan(table, flavor).schema_key for flavor in SOURCE_METADATA_FIELDS
         )
         self._to_arrow = [text_encoder(c.type) for c in table.columns]
+        # The source columns whose values Arrow takes as they are, converted all at once.
+        self._plain = pa.struct(
+            [
+                self.schema.field(c.name)
+                for c, convert in zip(table.columns, self._to_arrow, strict=True)
+                if convert is identity
+            ]
+        )
         self._from_arrow = [text_decoder(c.type) for c in table.columns]
         self._order = [_storage_order(c.type) for c in table.key_columns]
-        # The key value (a scalar for a one-column key) identifying a row within one batch.
-        self._key_of = operator.itemgetter(*table.primary_key)
         # Key columns may hold NULL (a key value like any other), so nullable ones compare
         # with IS NOT DISTINCT FROM; each term is parenthesized because the SQL parser binds
         # IS NOT DISTINCT FROM looser than AND.
@@ -347,13 +352,13 @@ class DeltaReplica:
         return dataclasses.replace(stats, events=len(events))
 
     def source_rows(self, events: Sequence[Event]) -> pa.Table:
-        """The MERGE source of ``events``: per key, the row of the event with the highest
-        ``sort_keys``, in the replica's schema (what tasks stage for :meth:`apply_arrow`)."""
+        """The rows of ``events`` in the replica's schema, one per event (what tasks stage:
+        :meth:`staged` and :meth:`apply_arrow` keep each key's newest)."""
         for event in events:
             self._check_belongs(event)
         return self.change_rows(
             [e.payload for e in events],
-            [e.sort_keys for e in events],
+            tuple(zip(*(e.sort_keys for e in events), strict=True)),
             [e.uuid for e in events],
             [e.is_deleted for e in events],
         )
@@ -361,36 +366,28 @@ class DeltaReplica:
     def change_rows(
         self,
         rows: Sequence[dict[str, Any]],
-        sort_keys: Sequence[tuple[int, int, int, int]],
+        sort_key_columns: Sequence[Sequence[int]],
         uuids: Sequence[str],
         deleted: Sequence[bool],
     ) -> pa.Table:
         """:meth:`source_rows` of changes of this table given as columns: their decoded
-        rows, ``sort_keys``, uuids and whether each deletes."""
-        latest: dict[Any, int] = {}
-        key_of = self._key_of
-        for at, row in enumerate(rows):
-            key = key_of(row)
-            seen = latest.get(key)
-            if seen is None or sort_keys[at] >= sort_keys[seen]:
-                latest[key] = at
-        if not latest:
+        rows, their ``sort_keys`` as four columns (see :func:`sort_key_texts`), uuids and
+        whether each deletes."""
+        if not rows:
             return self.schema.empty_table()
-        kept = list(latest.values())
-        columns = self._payload_columns([rows[at] for at in kept])
+        columns = self._payload_columns(rows)
         columns += [
-            sort_key_texts([sort_keys[at] for at in kept]),
-            pa.array([uuids[at] for at in kept], pa.string()),
-            pa.array([deleted[at] for at in kept], pa.bool_()),
+            sort_key_texts(sort_key_columns),
+            pa.array(uuids, pa.string()),
+            pa.array(deleted, pa.bool_()),
         ]
         return pa.Table.from_arrays(columns, schema=self.schema)
 
     def staged(self, parts: list[pa.Table]) -> pa.Table:
-        """One task's :meth:`source_rows` of several micro-batch parts, as it stages them:
-        the newest row per key (one part holds that already: a live micro-batch's task
-        skips the sort and group-by, about 40 ms of it)."""
-        if len(parts) == 1:
-            return parts[0]
+        """One task's MERGE source from the :meth:`change_rows` of its parts, as it stages
+        it: the newest row per key. Keys are picked once for the task's changes, not per
+        part: a part seldom holds a key twice, and picking in Python per part cost more
+        than Arrow's pick over them all."""
         return latest_per_key(pa.concat_tables(parts), list(self.table.primary_key))
 
     def _check_belongs(self, event: Event) -> None:
@@ -578,18 +575,20 @@ class DeltaReplica:
         )
         return delta
 
-    def _payload_columns(self, payloads: list[dict[str, Any]]) -> list[pa.Array]:
-        """The source's columns of rows given as payloads, in Arrow."""
+    def _payload_columns(self, payloads: Sequence[dict[str, Any]]) -> list[pa.Array]:
+        """The source's columns of rows given as payloads, in Arrow: the columns stored as
+        they are converted from the dicts all at once (Arrow's own loop: a Python list per
+        column cost three to four times as much), the others value by value."""
+        plain = iter(pa.array(payloads, type=self._plain).flatten())
         columns: list[pa.Array] = []
         for column, convert, field in zip(
             self.table.columns, self._to_arrow, self.schema, strict=False
         ):
-            name = column.name
             if convert is identity:
-                values = [payload[name] for payload in payloads]
+                columns.append(next(plain))
             else:
-                values = [convert(payload[name]) for payload in payloads]
-            columns.append(pa.array(values, type=field.type))
+                name = column.name
+                columns.append(pa.array([convert(p[name]) for p in payloads], type=field.type))
         return columns
 
     def _source_values(self, data: pa.Table) -> list[list[Any]]:
