@@ -87,3 +87,18 @@ def test_a_publish_cut_short_is_finished_once(tmp_path: Path, format: str) -> No
     write_segments(segments, format, [1], per_batch=50, cap=10**6)
     assert publish_lane(directory, destination, "inc", format, 10**6) == []
     assert list(directory.glob("*.seg")) == []
+
+
+def test_encoded_lines_fill_a_segment_up_to_the_one_that_reaches_its_cap(tmp_path: Path) -> None:
+    """Encoded lines, however many a call hands in, fill a segment up to the line that brings
+    it to its cap (exactly to the cap, too), then the next segment begins."""
+    events = sample_events(8)
+    lines = [orjson.dumps({"uuid": e.uuid}, option=orjson.OPT_APPEND_NEWLINE) for e in events]
+    width = len(lines[0])
+    assert all(len(line) == width for line in lines)
+    writer = SegmentWriter(tmp_path, "json", 3 * width, CDC_LANE, 1, 0)
+    writer.write_encoded(events[0], lines[:2])
+    writer.write_encoded(events[0], lines[2:])
+    written = writer.close()
+    assert [n for _, _, n in written] == [3, 3, 2]
+    assert [line for _, path, _ in written for line in path.read_bytes().splitlines(True)] == lines
