@@ -603,3 +603,39 @@ def test_the_client_asks_for_stored_mods_in_a_way_older_servers_ignore(
         r for r in expected if isinstance(r, DataChangeRecord)
     ]
     assert any(len(r.mods) == 2 for r in read if isinstance(r, DataChangeRecord))
+
+
+def test_a_stream_client_catches_up_many_remote_partitions_in_turns(tmp_path: Path) -> None:
+    """A backlog in four partitions, caught up over HTTP in small batches: the worker's one
+    catch-up thread holds a streamed read of each partition open at once, in turns."""
+    with changestream.open(str(tmp_path / "backlog.db")) as db:
+        db.set_split_policy(enabled=False)
+        db.execute_ddl("CREATE TABLE Acc (K INT64 NOT NULL, V INT64) PRIMARY KEY (K)")
+        created = db.execute_ddl("CREATE CHANGE STREAM AccStream FOR Acc")
+        for boundary in (10, 20, 30):
+            db.split_at("Acc", (boundary,))
+        expected = []
+        for step in range(160):
+            with db.transaction() as tx:
+                tx.insert_or_update("Acc", ["K", "V"], [[step % 40, step]])
+            expected.append((step % 40, step))
+        seen: list[tuple[int, int]] = []
+        lock = threading.Lock()
+        with serving({"b": db}) as running, changestream.connect(running.url + "/b") as remote:
+            worker = StreamClient(
+                remote,
+                "AccStream",
+                "w",
+                lambda: _Collect(seen, lock),
+                lease_timeout=1.0,
+                start_timestamp=created,
+                max_records=3,
+            )
+            worker.start()
+            deadline = time.monotonic() + 30
+            while len(seen) < len(expected) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert worker.stop(timeout=30)
+    assert sorted(seen) == sorted(expected)
+    for key in range(40):
+        assert [v for k, v in seen if k == key] == [v for k, v in expected if k == key]
