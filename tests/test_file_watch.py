@@ -3,8 +3,10 @@ still sees another handle's commit at once: pauses end when the file is written.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -55,9 +57,12 @@ def test_a_removed_file_stops_being_watched(tmp_path: Path) -> None:
         assert not watch.watching
 
 
-def test_an_idle_poller_looks_rarely_and_still_sees_another_handles_commit_at_once(
+@contextlib.contextmanager
+def timed_looks(
     tmp_path: Path,
-) -> None:
+) -> Iterator[tuple[CommitSignal, list[float], changestream.EmbeddedDatabase]]:
+    """A listening commit signal of a database, the times of its poller's looks at the
+    watermark, and another handle of the database to write with."""
     path = str(tmp_path / "s.db")
     with changestream.open(path) as db, changestream.open(path) as other:
         db.execute_ddl("CREATE TABLE T (K INT64 NOT NULL) PRIMARY KEY (K)")
@@ -69,61 +74,60 @@ def test_an_idle_poller_looks_rarely_and_still_sees_another_handles_commit_at_on
             return store.watermark(conn)  # type: ignore[arg-type]
 
         signal = CommitSignal(store.connection, watermark, lambda: False, f"{path}-wal")
-        with signal.listening():
-            time.sleep(1.0)  # long past ACTIVE_S: the poller is idle
-            idle_from = time.monotonic()
-            time.sleep(1.5)
-            idle_looks = sum(1 for at in looks if at >= idle_from)
-            # Sleeping between looks, the poller would look every MAX_POLL_S (187 times).
-            assert idle_looks <= 1.5 / commit_signal.MAX_POLL_S / 4, idle_looks
-            seen = signal.generation
-            with other.transaction() as tx:
-                tx.insert("T", ["K"], [[1]])
-            committed = time.monotonic()
-            assert signal.wait(seen, 10) != seen
-            # Waiting a whole idle pause would take MAX_WATCHED_POLL_S.
-            assert time.monotonic() - committed < commit_signal.MAX_WATCHED_POLL_S / 2
-        signal.stop()
+        try:
+            with signal.listening():
+                yield signal, looks, other
+        finally:
+            signal.stop()
+
+
+def assert_a_commit_is_seen_at_once(
+    signal: CommitSignal, other: changestream.EmbeddedDatabase
+) -> None:
+    seen = signal.generation
+    with other.transaction() as tx:
+        tx.insert("T", ["K"], [[1]])
+    committed = time.monotonic()
+    assert signal.wait(seen, 10) != seen
+    # Waiting a whole idle pause would take MAX_WATCHED_POLL_S.
+    assert time.monotonic() - committed < commit_signal.MAX_WATCHED_POLL_S / 2
+
+
+def test_an_idle_poller_looks_rarely_and_still_sees_another_handles_commit_at_once(
+    tmp_path: Path,
+) -> None:
+    with timed_looks(tmp_path) as (signal, looks, other):
+        time.sleep(1.0)  # long past ACTIVE_S: the poller is idle
+        idle_from = time.monotonic()
+        time.sleep(1.5)
+        idle_looks = sum(1 for at in looks if at >= idle_from)
+        # Sleeping between looks, the poller would look every MAX_POLL_S (187 times).
+        assert idle_looks <= 1.5 / commit_signal.MAX_POLL_S / 4, idle_looks
+        assert_a_commit_is_seen_at_once(signal, other)
 
 
 def test_writes_that_move_no_watermark_do_not_keep_the_poller_looking_fast(
     tmp_path: Path,
 ) -> None:
-    path = str(tmp_path / "s.db")
-    with changestream.open(path) as db, changestream.open(path) as other:
-        db.execute_ddl("CREATE TABLE T (K INT64 NOT NULL) PRIMARY KEY (K)")
-        store, writer = store_of(db), store_of(other)
+    with timed_looks(tmp_path) as (signal, looks, other):
+        writer = store_of(other)
         with writer.locked() as conn:
             conn.execute("CREATE TABLE bookkeeping (n INTEGER)")
-        looks: list[float] = []
-
-        def watermark(conn: object) -> int:
-            looks.append(time.monotonic())
-            return store.watermark(conn)  # type: ignore[arg-type]
-
-        signal = CommitSignal(store.connection, watermark, lambda: False, f"{path}-wal")
-        with signal.listening():
-            time.sleep(0.5)
-            before, writes = len(looks), 0
-            began = time.monotonic()
-            while time.monotonic() - began < 1.0:
-                # Bookkeeping, as a Stream Client's checkpoints: the WAL is written, the
-                # watermark stays.
-                with writer.locked() as conn:
-                    conn.execute("INSERT INTO bookkeeping VALUES (?)", (writes,))
-                writes += 1
-                time.sleep(0.02)
-            per_write = (len(looks) - before) / writes
-            # Looking every FIRST_POLL_S for ACTIVE_S after each write was 40 looks a write;
-            # a few looks after each (its commit shows a moment after it), then the long pause.
-            assert per_write <= 12, per_write
-            seen = signal.generation
-            with other.transaction() as tx:
-                tx.insert("T", ["K"], [[1]])
-            committed = time.monotonic()
-            assert signal.wait(seen, 10) != seen
-            assert time.monotonic() - committed < commit_signal.MAX_WATCHED_POLL_S / 2
-        signal.stop()
+        time.sleep(0.5)
+        before, writes = len(looks), 0
+        began = time.monotonic()
+        while time.monotonic() - began < 1.0:
+            # Bookkeeping, as a Stream Client's checkpoints: the WAL is written, the
+            # watermark stays.
+            with writer.locked() as conn:
+                conn.execute("INSERT INTO bookkeeping VALUES (?)", (writes,))
+            writes += 1
+            time.sleep(0.02)
+        per_write = (len(looks) - before) / writes
+        # Looking every FIRST_POLL_S for ACTIVE_S after each write was 29 looks a write; a
+        # few looks after each (its commit shows a moment after it), then the long pause.
+        assert per_write <= 12, per_write
+        assert_a_commit_is_seen_at_once(signal, other)
 
 
 def test_closing_a_database_ends_its_pollers_long_pause_at_once(
