@@ -623,6 +623,7 @@ class CdcBuilder(_Builder):
     ) -> None:
         super().__init__(stream_name, database, table, read_us, origin, 0)
         self.non_key_count = len(self.plan.non_key)
+        self._decode = _row_decoder(self.plan, table)
 
     def __call__(
         self,
@@ -674,7 +675,7 @@ class CdcBuilder(_Builder):
                 f"mod_type must be one of {', '.join(CHANGE_TYPES)}, got {mod_type!r}"
             )
         deleted = mod_type == "DELETE"
-        decode = _row_decoder(plan, table)
+        decode = self._decode
         # The uuid's JSON parts but for the mod index, which closes them per mod.
         head = orjson.dumps(("cdc", self.stream_name, self.object, ts, tx_id, record_sequence))
         head = head[:-1] + b","

@@ -577,8 +577,8 @@ class DeltaReplica:
 
     def _payload_columns(self, payloads: Sequence[dict[str, Any]]) -> list[pa.Array]:
         """The source's columns of rows given as payloads, in Arrow: the columns stored as
-        they are converted from the dicts all at once (Arrow's own loop: a Python list per
-        column cost three to four times as much), the others value by value."""
+        they are converted from the dicts all at once (Arrow's own loop: 0.21 µs a row of a
+        task's against 0.26 for a Python list per column), the others value by value."""
         plain = iter(pa.array(payloads, type=self._plain).flatten())
         columns: list[pa.Array] = []
         for column, convert, field in zip(
