@@ -67,3 +67,24 @@ def test_rows_streams_and_watch_leave_sqlglot_unloaded_until_sql_is_run(tmp_path
 
 def test_a_default_expression_loads_sqlglot_to_parse_it(tmp_path: Path) -> None:
     assert run(DEFAULTS, tmp_path / "defaults.db") == ["default True [(1, 7)]"]
+
+
+CLI = """
+import sys
+from click.testing import CliRunner
+from changestream.cli.main import main
+
+runner = CliRunner()
+listed = runner.invoke(main, ["streams", "list", "--db", sys.argv[1]])
+print("streams", listed.exit_code, "sqlglot" in sys.modules)
+listed = runner.invoke(main, ["sources", "list", "--db", sys.argv[1]])
+print("sources", listed.exit_code, "sqlglot" in sys.modules)
+"""
+
+
+def test_the_cli_loads_sqlglot_only_for_a_sources_command(tmp_path: Path) -> None:
+    """The sources commands parse MySQL DDL with sqlglot; the other commands (a pipeline run,
+    a stream listed) must not wait the tenth of a second its import takes."""
+    path = tmp_path / "cli.db"
+    run("import changestream, sys; changestream.open(sys.argv[1]).close()", path)
+    assert run(CLI, path) == ["streams 0 False", "sources 0 True"]

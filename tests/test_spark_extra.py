@@ -488,19 +488,36 @@ def test_the_sessions_python_workers_import_the_installed_pyspark_not_spark_s_zi
 
 
 def test_the_daemon_imports_the_task_code_its_workers_would_each_import() -> None:
-    """The daemon imports the pipeline's task code and what pyarrow's first conversion loads
-    before it forks a worker, so no worker imports them itself."""
+    """The daemon imports the pipeline's task code, what pyarrow's first conversion loads and
+    what staging's first group_by loads before it forks a worker, so no worker imports them
+    itself."""
+    wanted = ("changestream.spark._tasks", "pyarrow", "pandas", "pyarrow.acero", "pyspark.worker")
     preloaded = (
         "import sys; from changestream.spark._daemon import preload; preload(); "
-        "print(sorted(m for m in ('changestream.spark._tasks', 'pyarrow', 'pandas') "
-        "if m in sys.modules))"
+        f"print(sorted(m for m in {wanted!r} if m in sys.modules))"
     )
     before = "import sys; import changestream.spark._daemon; print('pandas' in sys.modules)"
     run = functools.partial(subprocess.run, capture_output=True, text=True, check=True)
     assert run([sys.executable, "-c", before]).stdout.split() == ["False"]
-    assert run([sys.executable, "-c", preloaded]).stdout.strip() == (
-        "['changestream.spark._tasks', 'pandas', 'pyarrow']"
-    )
+    assert run([sys.executable, "-c", preloaded]).stdout.strip() == repr(sorted(wanted))
+
+
+def _worker_frozen(_: Iterable[int]) -> Iterator[int]:
+    import gc
+
+    yield gc.get_freeze_count()
+
+
+def test_the_daemons_workers_find_what_it_imported_frozen_out_of_the_collectors_way(
+    spark: Any,
+) -> None:
+    """pyspark's daemon runs a full collection in a worker after each task: the daemon froze
+    what it imported (tens of thousands of objects), so that collection walks only what the
+    worker made since."""
+    context = spark.sparkContext
+    frozen = context.parallelize(range(2), 2).mapPartitions(_worker_frozen).collect()
+    assert len(frozen) == 2
+    assert min(frozen) > 20_000, frozen
 
 
 def _worker_socket_mode(_: Iterable[int]) -> Iterator[str]:
