@@ -92,6 +92,9 @@ _WHOLE_ROWS = frozenset({"NEW_ROW", "NEW_ROW_AND_OLD_VALUES"})
 
 # Fixed so uuids stay the same across processes and releases.
 _UUID_NAMESPACE_BYTES = uuid.UUID("6b19f7f1-b143-460a-aabc-117f902a791b").bytes
+#: SHA-1 having read the namespace: each uuid's digest goes on from a copy of it (0.76-0.85
+#: µs a uuid against 0.94-0.98 hashing the namespace and the parts joined).
+_UUID_SEED = hashlib.sha1(_UUID_NAMESPACE_BYTES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -345,7 +348,9 @@ def _uuid(*parts: Any) -> str:
 
 def _uuid_of(parts_json: bytes) -> str:
     """:func:`_uuid` of the parts whose JSON (as ``orjson`` writes it) is ``parts_json``."""
-    h = hashlib.sha1(_UUID_NAMESPACE_BYTES + parts_json).hexdigest()
+    hasher = _UUID_SEED.copy()
+    hasher.update(parts_json)
+    h = hasher.hexdigest()
     # Version 5 in the 13th digit, the RFC 4122 variant in the two top bits of the 17th.
     return f"{h[:8]}-{h[8:12]}-5{h[13:16]}-{_VARIANT[h[16]]}{h[17:20]}-{h[20:32]}"
 
