@@ -105,6 +105,28 @@ def test_help_and_version_in_a_real_process() -> None:
     assert changestream.__version__ in version.stdout
 
 
+_EXIT = """
+import atexit, gc, sys
+from changestream.cli import run
+atexit.register(lambda: print("frozen at exit:", gc.get_freeze_count() > 0))
+sys.argv = ["changestream", *sys.argv[1:]]
+run()
+"""
+
+
+@pytest.mark.parametrize("args", [["--version"], ["sql", "/nonexistent/dir/x.db", "SELECT 1"]])
+def test_the_command_freezes_what_it_imported_before_the_interpreter_exits(
+    args: list[str],
+) -> None:
+    """The console script (and ``python -m changestream``) freezes the objects left when the
+    command ends, succeeding or failing, so the interpreter's last collection skips them."""
+    done = subprocess.run(
+        [sys.executable, "-c", _EXIT, *args], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == (0 if args == ["--version"] else 2), done.stderr
+    assert done.stdout.splitlines()[-1] == "frozen at exit: True"
+
+
 def test_ddl_creates_the_file_and_sql_prints_json_lines(tmp_path: Path) -> None:
     path = str(tmp_path / "new.db")
     created = run(

@@ -1,5 +1,5 @@
 """``python -m changestream``: the ``changestream`` command."""
 
-from changestream.cli import main
+from changestream.cli import run
 
-main()
+run()
