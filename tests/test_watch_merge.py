@@ -196,3 +196,47 @@ def test_a_live_stored_read_promises_at_each_commit_that_leaves_its_partition_un
         (heartbeat,) = first
         assert isinstance(heartbeat, HeartbeatRecord)
         assert heartbeat.timestamp >= parse_ts(tx.commit_timestamp)
+
+
+def test_partitions_catching_up_together_share_one_end_and_one_promise(tmp_path: Path) -> None:
+    """A merge opened over 16 partitions with a backlog in each: every record comes out once,
+    in order, and the bounded reads that catch the partitions up end where one reading of the
+    database's clock put them. So the database is written once (a bounded read first promises
+    that nothing more can commit at or below its end), not once per partition."""
+    with changestream.open(str(tmp_path / "together.db")) as db:
+        db.execute_ddl(ITEMS)
+        for boundary in range(64, 1000, 64):  # 15 splits: 16 partitions
+            db.split_at("Items", [boundary])
+        source = db.ensure_watch_stream()
+        start = source.now
+        rng = random.Random(5)
+        for n in range(60):
+            commit(db, rng, n)
+        end = store_of(db).last_commit_ts()
+        reference = sorted(
+            record_key(record)
+            for read in read_lineage(db, source.stream, start, end)
+            for record in read.records
+        )
+        assert len(db.partitions(source.stream, at=start)) == 16
+        clock_reads = 0
+
+        def now() -> int:
+            nonlocal clock_reads
+            clock_reads += 1
+            return db.ensure_watch_stream().now
+
+        # The merge catches up on the calling thread, with its connection.
+        connection = store_of(db).connection()
+        written_before = connection.total_changes
+        merge = PartitionMerge(db, source.stream, start, 1000, now=now, stored=True)
+        try:
+            keys: list[tuple[int, int, int]] = []
+            deadline = time.monotonic() + 60
+            while len(keys) < len(reference) and time.monotonic() < deadline:
+                keys.extend(key for key, _ in merge.take(1000, 0.05))
+            assert keys == reference, "every record of every partition, in order, once each"
+            assert clock_reads == 1, "the 16 catch-up reads share one end"
+            assert connection.total_changes - written_before <= 1, "one promise, one write at most"
+        finally:
+            merge.close()

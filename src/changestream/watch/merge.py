@@ -30,11 +30,12 @@ idle, and the probe leaves its floor at the last record taken rather than read i
 twice.
 
 Catching up: what a partition has already committed is read by the merge's own thread, with
-bounded reads up to the database's clock, a chunk (up to ``read_ahead`` records) whenever the
-partition's buffer is empty. Each bounded read ends with a heartbeat at its end (its promise),
-and the merge does not probe a partition that is catching up. A read that found less than a
-chunk, or that waited for commits until a heartbeat, ends the catch-up: the live query starts
-there, in the partition's reader thread.
+bounded reads up to the database's clock (one reading of it for the partitions that catch up
+together), a chunk (up to ``read_ahead`` records) whenever the partition's buffer is empty.
+Each bounded read ends with a heartbeat at its end (its promise), and the merge does not probe
+a partition that is catching up. A read that found less than a chunk, or that waited for
+commits until a heartbeat, ends the catch-up: the live query starts there, in the partition's
+reader thread.
 
 Why the backlog is not read by the reader threads: a thread reading beside another thread that
 runs Python pays for it on every row, because the database driver gives up the GIL for each row
@@ -205,6 +206,9 @@ class PartitionMerge:
         #: Records taken from the buffers, in commit order, not yet handed out.
         self._released: list[tuple[SortKey, DataChange]] = []
         self._blocked_since: float | None = None
+        #: Where bounded catch-up reads end: the database's clock, read once for all the
+        #: partitions whose reads start before it (see :meth:`_catch_up_end`).
+        self._horizon = start
         (initial,) = list(db.read_change_stream(stream, start, None, None, HEARTBEAT_MS))
         for child in initial.children:
             self._start(self._add(child.token, start, ()))
@@ -405,7 +409,7 @@ class PartitionMerge:
         limit = self._read_ahead
         start = part.start
         while True:
-            end = max(self._now(), start)
+            end = self._catch_up_end(start)
             records = self._query(start, end, part.token)
             found = 0
             try:
@@ -433,6 +437,17 @@ class PartitionMerge:
             # Reads start at a timestamp, not after it: what comes again at ``end`` sorts
             # below the floor and is dropped.
             start = end
+
+    def _catch_up_end(self, start: int) -> int:
+        """Where a bounded read of a backlog from ``start`` ends: the database's clock as last
+        read, read again only once a read starts at or after it. A bounded read first makes
+        sure nothing can still commit at or below its end, which at the clock's newest reading
+        is a write to the database: reads sharing an end pay for it once (a watch() over 16
+        partitions wrote 16 times before its first event), and any end the clock has passed
+        is as good a place to go live from."""
+        if self._horizon <= start:
+            self._horizon = self._now()
+        return max(self._horizon, start)
 
     def _follow(self, part: _Partition, start: int) -> None:
         """A reader thread: the partition's live query from ``start``, into the inbox."""
