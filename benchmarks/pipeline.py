@@ -9,10 +9,11 @@ upserts of distinct random keys below ``--keys``, ``--rows-per-txn`` rows per tr
 2. Catch-up, per format: ``changestream pipeline run NAME --db PATH --until-caught-up`` in a
    subprocess; changes/s is the changes over the wall clock from the command's start to its
    exit (start-up included; the time to the first micro-batch is reported beside it). The
-   driver's peak RSS (its Python process and its JVM) is sampled every 0.2 s. Where the time
-   goes: each micro-batch's progress, which the pipeline keeps with its commit in the
-   checkpoint (planning, offset log, the batch's work), and the wall time of Spark's stages
-   inside the batch's work, from the run's Spark event log.
+   driver's peak RSS (its Python process and its JVM) is sampled every 0.1 s, with the CPU
+   seconds of the driver's Python, its JVM and Spark's Python workers and the cores they kept
+   busy. Where the time goes: each micro-batch's progress, which the pipeline keeps with its
+   commit in the checkpoint (planning, offset log, the batch's work), and the wall time of
+   Spark's stages inside the batch's work, from the run's Spark event log.
 3. Live: the JSON stream's pipeline runs while a writer process commits ``--rate`` changes/s
    for ``--seconds``; each change's lag is the end of the first micro-batch whose end offset
    covers its commit timestamp (from the checkpoint) minus that commit timestamp. Where that
@@ -235,28 +236,58 @@ def spark_env(eventlog: Path) -> dict[str, str]:
     return {**os.environ, "PYSPARK_SUBMIT_ARGS": f"{args} pyspark-shell"}
 
 
-class PeakRss:
-    """Samples the resident memory of a process and of its JVM (its descendants) until
-    stopped; ``python_mb`` and ``jvm_mb`` are the peaks."""
+class ProcessSampler:
+    """Samples, every 0.1 s until stopped, a process and its descendants (its JVM, and the
+    JVM's Python daemon and workers): ``python_mb`` and ``jvm_mb`` are the peak resident
+    memory of the process and of its JVM; :meth:`cpu_seconds` the CPU each kind of process
+    used, as last sampled (a process's last 0.1 s before it exits can be missed)."""
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
         self.python_mb = 0.0
         self.jvm_mb = 0.0
+        self._cpu: dict[int, tuple[str, float]] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
-        while not self._stop.wait(0.2):
+        while not self._stop.wait(0.1):
             self.python_mb = max(self.python_mb, _rss_mb(self.pid))
+            self._note_cpu(self.pid, "driver_python")
             for child in _descendants(self.pid):
-                if b"java" in _cmdline(child):
+                command = _cmdline(child)
+                if b"java" in command:
                     self.jvm_mb = max(self.jvm_mb, _rss_mb(child))
+                    self._note_cpu(child, "jvm")
+                elif b"python" in command:
+                    self._note_cpu(child, "spark_python_workers")
+
+    def _note_cpu(self, pid: int, kind: str) -> None:
+        seconds = _cpu_seconds(pid)
+        if seconds is not None:
+            self._cpu[pid] = (kind, seconds)
+
+    def cpu_seconds(self) -> dict[str, float]:
+        """CPU seconds per kind of process: the driver's Python, its JVM (with Spark's
+        launcher JVM), and the Python daemon and workers the JVM starts."""
+        totals = dict.fromkeys(("driver_python", "jvm", "spark_python_workers"), 0.0)
+        for kind, seconds in self._cpu.values():
+            totals[kind] += seconds
+        return {kind: round(seconds, 2) for kind, seconds in totals.items()}
 
     def stop(self) -> None:
         self._stop.set()
         self._thread.join()
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """The user and system CPU a process has used, in seconds (None once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _rss_mb(pid: int) -> float:
@@ -397,11 +428,11 @@ def catch_up(
     eventlog = tmp / f"eventlog-catch-up-{fmt}"
     began, began_epoch_ms = time.perf_counter(), time.time() * 1000
     process = run_pipeline(path, stream_name(fmt), args, eventlog, until_caught_up=True)
-    rss = PeakRss(process.pid)
+    sampled = ProcessSampler(process.pid)
     try:
         finish(process, f"catch-up {fmt}", timeout=3600)
     finally:
-        rss.stop()
+        sampled.stop()
     wall = time.perf_counter() - began
     events = check_events(tmp / f"events-{fmt}", stream_name(fmt), changes)
     rows = check_replica(path, tmp, fmt)
@@ -418,8 +449,11 @@ def catch_up(
         "changes_per_s": round(len(changes) / wall),
         "startup_s": round(startup_s, 2),
         "after_startup_changes_per_s": round(len(changes) / (wall - startup_s)),
-        "driver_peak_rss_mb": round(rss.python_mb),
-        "jvm_peak_rss_mb": round(rss.jvm_mb),
+        "driver_peak_rss_mb": round(sampled.python_mb),
+        "jvm_peak_rss_mb": round(sampled.jvm_mb),
+        # Where the CPU goes, and how much of the two cores the run kept busy.
+        "cpu_seconds": (cpu := sampled.cpu_seconds()),
+        "cores_busy": round(sum(cpu.values()) / wall, 2),
         **breakdown(metrics, wall),
     }
 
