@@ -609,10 +609,8 @@ def test_bad_input_is_refused_and_nothing_is_created(
         add_source(db, "Bank", mysql=source_dsn, tables="accounts")
 
 
-def test_a_server_without_a_row_based_binlog_is_named(
-    mariadb_server: MariaDbServer,  # skips, as every test here does, where MariaDB is missing
-    db: Any,
-) -> None:
+@pytest.mark.usefixtures("mariadb_server")  # skips, as every test here does, without MariaDB
+def test_a_server_without_a_row_based_binlog_is_named(db: Any) -> None:
     statement_based = start_server(("--log-bin=binlog", "--binlog-format=STATEMENT"))
     try:
         with pytest.raises(FailedPrecondition, match=r"binlog_format = STATEMENT.*= ROW"):
