@@ -253,20 +253,20 @@ class ProcessSampler:
 
     def _run(self) -> None:
         while not self._stop.wait(0.1):
+            processes = _processes()
             self.python_mb = max(self.python_mb, _rss_mb(self.pid))
-            self._note_cpu(self.pid, "driver_python")
-            for child in _descendants(self.pid):
+            self._note_cpu(processes, self.pid, "driver_python")
+            for child in _descendants(processes, self.pid):
                 command = _cmdline(child)
                 if b"java" in command:
                     self.jvm_mb = max(self.jvm_mb, _rss_mb(child))
-                    self._note_cpu(child, "jvm")
+                    self._note_cpu(processes, child, "jvm")
                 elif b"python" in command:
-                    self._note_cpu(child, "spark_python_workers")
+                    self._note_cpu(processes, child, "spark_python_workers")
 
-    def _note_cpu(self, pid: int, kind: str) -> None:
-        seconds = _cpu_seconds(pid)
-        if seconds is not None:
-            self._cpu[pid] = (kind, seconds)
+    def _note_cpu(self, processes: dict[int, tuple[int, float]], pid: int, kind: str) -> None:
+        if pid in processes:
+            self._cpu[pid] = (kind, processes[pid][1])
 
     def cpu_seconds(self) -> dict[str, float]:
         """CPU seconds per kind of process: the driver's Python, its JVM (with Spark's
@@ -279,15 +279,6 @@ class ProcessSampler:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join()
-
-
-def _cpu_seconds(pid: int) -> float | None:
-    """The user and system CPU a process has used, in seconds (None once it is gone)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _rss_mb(pid: int) -> float:
@@ -307,15 +298,28 @@ def _cmdline(pid: int) -> bytes:
         return b""
 
 
-def _descendants(pid: int) -> list[int]:
-    children: dict[int, list[int]] = {}
+def _processes() -> dict[int, tuple[int, float]]:
+    """Every process of the machine: its parent and the user and system CPU it has used, in
+    seconds (one read of its ``/proc/PID/stat``)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    found: dict[int, tuple[int, float]] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                found[int(entry.name)] = (
+                    int(fields[1]),
+                    (int(fields[11]) + int(fields[12])) / tick,
+                )
             except (OSError, IndexError, ValueError):
                 continue
-            children.setdefault(parent, []).append(int(entry.name))
+    return found
+
+
+def _descendants(processes: dict[int, tuple[int, float]], pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for child, (parent, _) in processes.items():
+        children.setdefault(parent, []).append(child)
     out, todo = [], [pid]
     while todo:
         for child in children.get(todo.pop(), []):

@@ -35,6 +35,19 @@ def commit(db: changestream.EmbeddedDatabase, rng: random.Random, n: int) -> tup
     return parse_ts(tx.commit_timestamp), ids
 
 
+def committed_keys(
+    db: changestream.EmbeddedDatabase, stream: str, start: int
+) -> list[tuple[int, int, int]]:
+    """The merge keys of every record committed since ``start``, in commit order, read with
+    the read function partition by partition."""
+    end = store_of(db).last_commit_ts()
+    return sorted(
+        record_key(record)
+        for read in read_lineage(db, stream, start, end)
+        for record in read.records
+    )
+
+
 def test_live_merge_in_commit_order_over_many_partitions_one_idle(tmp_path: Path) -> None:
     with changestream.open(str(tmp_path / "merge.db")) as db:
         db.execute_ddl(ITEMS)
@@ -152,12 +165,7 @@ def test_read_ahead_is_counted_once_per_record_through_probes_and_backlogs(
                 keys.extend(key for key, _ in merge.take(3, 0.002))
                 for part in merge._partitions.values():
                     assert part.sent - part.taken <= read_ahead, "a reader ran past its bound"
-            end = store_of(db).last_commit_ts()
-            reference = sorted(
-                record_key(record)
-                for read in read_lineage(db, source.stream, start, end)
-                for record in read.records
-            )
+            reference = committed_keys(db, source.stream, start)
             deadline = time.monotonic() + 60
             while len(keys) < len(reference) and time.monotonic() < deadline:
                 keys.extend(key for key, _ in merge.take(50, 0.05))
@@ -212,12 +220,7 @@ def test_partitions_catching_up_together_share_one_end_and_one_promise(tmp_path:
         rng = random.Random(5)
         for n in range(60):
             commit(db, rng, n)
-        end = store_of(db).last_commit_ts()
-        reference = sorted(
-            record_key(record)
-            for read in read_lineage(db, source.stream, start, end)
-            for record in read.records
-        )
+        reference = committed_keys(db, source.stream, start)
         assert len(db.partitions(source.stream, at=start)) == 16
         clock_reads = 0
 
