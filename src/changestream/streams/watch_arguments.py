@@ -20,7 +20,7 @@ class WatchArguments(TypedDict, total=False):
     Start from now, or ``resume_after``/``start_after`` a resume token, or at
     ``start_at_operation_time`` (a ClusterTime, datetime, RFC 3339 string or microseconds).
     ``max_await_time_ms``: how long ``try_next()`` waits (default 1000). ``batch_size``:
-    records each partition reader may read ahead (default 1000). ``show_expanded_events``:
+    records each partition reader may read ahead (default 100). ``show_expanded_events``:
     also emit ``create`` events for tables created (default False, as in MongoDB).
     ``null_as_missing``: treat a NULL column as an absent field — left out of documents, and
     reported in ``removedFields`` when an update sets it — instead of a field holding
