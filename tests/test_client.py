@@ -171,6 +171,44 @@ def test_lease_table_changes_are_conditional_on_the_counter(
     assert table.list_leases() == []
 
 
+def test_lease_writes_from_many_threads_share_one_connection(
+    acc: tuple[EmbeddedDatabase, int],
+) -> None:
+    """Threads writing leases at once take turns on the store's one bookkeeping connection:
+    every conditional write lands, none is lost or fails, and no thread opens its own."""
+    db, _ = acc
+    table = db.leases(STREAM, "app")
+    threads, writes = 8, 40
+    for n in range(threads):
+        assert table.insert_if_absent(Lease(PARTITION_LEASE, f"p{n}"))
+    opened_before = len(store_of(db)._pool._all)
+    errors: list[BaseException] = []
+
+    def checkpoint_often(n: int) -> None:
+        try:
+            row = table.get(PARTITION_LEASE, f"p{n}")
+            for i in range(writes):
+                assert row is not None
+                row = table.update(dataclasses.replace(row, checkpoint=f"{i}:0"))
+        except BaseException as exc:
+            errors.append(exc)
+
+    workers = [threading.Thread(target=checkpoint_often, args=(n,)) for n in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(WAIT_S)
+    assert errors == []
+    rows = {r.status_value: r for r in table.list_leases()}
+    assert {(v, r.lease_counter, r.checkpoint) for v, r in rows.items()} == {
+        (f"p{n}", writes, f"{writes - 1}:0") for n in range(threads)
+    }
+    assert len(store_of(db)._pool._all) == opened_before
+    db.close()
+    with pytest.raises(changestream.DatabaseClosed):
+        table.list_leases()
+
+
 def test_consumer_groups_and_streams_are_kept_apart(acc: tuple[EmbeddedDatabase, int]) -> None:
     db, _ = acc
     db.execute_ddl("CREATE CHANGE STREAM Other FOR Acc")

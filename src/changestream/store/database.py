@@ -273,8 +273,23 @@ class Store:
             yield conn
 
     @contextmanager
-    def _begin(self) -> Iterator[sqlite3.Connection]:
-        conn = self.connection()
+    def bookkeeping(self) -> Iterator[sqlite3.Connection]:
+        """The store's one connection shared by every thread (one at a time), for
+        bookkeeping that many threads do often, such as the Stream Client's lease writes:
+        see :meth:`ConnectionPool.shared`."""
+        with self._pool.shared() as conn:
+            yield conn
+
+    @contextmanager
+    def locked_bookkeeping(self) -> Iterator[sqlite3.Connection]:
+        """A plain write transaction on the :meth:`bookkeeping` connection."""
+        with self._pool.shared() as conn, self._begin(conn) as began:
+            yield began
+
+    @contextmanager
+    def _begin(self, conn: sqlite3.Connection | None = None) -> Iterator[sqlite3.Connection]:
+        if conn is None:
+            conn = self.connection()
         with translate_busy(self._pool.busy_timeout):
             conn.execute("BEGIN IMMEDIATE")
         try:

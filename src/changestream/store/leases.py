@@ -51,29 +51,27 @@ class LeaseTable:
 
     def list_leases(self) -> list[Lease]:
         """Every row of this consumer group, in key order."""
-        rows = self._store.connection().execute(
-            f"SELECT {_COLUMNS} FROM _cs_leases WHERE StreamId = ? AND Consumer = ?"
-            " ORDER BY StatusType, StatusValue",
-            self._key,
-        )
+        with self._store.bookkeeping() as conn:
+            rows = conn.execute(
+                f"SELECT {_COLUMNS} FROM _cs_leases WHERE StreamId = ? AND Consumer = ?"
+                " ORDER BY StatusType, StatusValue",
+                self._key,
+            ).fetchall()
         return [_row_to_lease(r) for r in rows]
 
     def get(self, status_type: str, status_value: str) -> Lease | None:
         """The row with this key, or None."""
-        row = (
-            self._store.connection()
-            .execute(
+        with self._store.bookkeeping() as conn:
+            row = conn.execute(
                 f"SELECT {_COLUMNS} FROM _cs_leases WHERE StreamId = ? AND Consumer = ?"
                 " AND StatusType = ? AND StatusValue = ?",
                 (*self._key, status_type, status_value),
-            )
-            .fetchone()
-        )
+            ).fetchone()
         return None if row is None else _row_to_lease(row)
 
     def insert_if_absent(self, lease: Lease) -> bool:
         """Add ``lease`` unless a row with its key exists; True when this call added it."""
-        with self._store.locked() as conn:
+        with self._store.locked_bookkeeping() as conn:
             cursor = conn.execute(
                 f"INSERT OR IGNORE INTO _cs_leases (StreamId, Consumer, {_COLUMNS})"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -98,7 +96,7 @@ class LeaseTable:
         Returns the row as written (with the new counter), or None when another writer
         changed the row first or it is gone; the key, parents and start never change.
         """
-        with self._store.locked() as conn:
+        with self._store.locked_bookkeeping() as conn:
             cursor = conn.execute(
                 "UPDATE _cs_leases SET Checkpoint = ?, LeaseOwner = ?, LeaseStealer = ?,"
                 " LeaseCounter = LeaseCounter + 1"
@@ -120,7 +118,7 @@ class LeaseTable:
 
     def delete(self, lease: Lease) -> bool:
         """Remove the row if its counter still equals ``lease.lease_counter``."""
-        with self._store.locked() as conn:
+        with self._store.locked_bookkeeping() as conn:
             cursor = conn.execute(
                 "DELETE FROM _cs_leases WHERE StreamId = ? AND Consumer = ? AND StatusType = ?"
                 " AND StatusValue = ? AND LeaseCounter = ?",
