@@ -18,7 +18,9 @@ idle-partition probe turned off, where only heartbeats (one a second) release th
 
 Where the throughput's time goes is reported per event, from the fastest run of each: the
 process's CPU, split between the cursor's thread and the partition readers, and the garbage
-collector's share.
+collector's share; and by layer, each timed alone in the same run: the partitions read one after
+another as watch() reads them (inserts stored compact), then the merge of them, then the events
+made of the merged records, then the cursor handing them out.
 
 Every run checks which events arrived, not how many: exactly the keys written, each once. Goals
 (issue 21): p50 ≤ 5 ms, p99 ≤ 15 ms with one idle partition; throughput ≥ 0.7 of the raw read.
@@ -41,7 +43,10 @@ import changestream
 from changestream import DataChangeRecord
 from changestream.clock import now_us
 from changestream.embedded.database import store_of
+from changestream.streams.stored_changes import StoredInserts
 from changestream.watch import merge
+from changestream.watch._events import EventBuilder
+from changestream.watch.options import DEFAULT_BATCH_SIZE, watch_options
 from checks import expect, goal, goals
 
 PARTITIONS = 16
@@ -50,6 +55,8 @@ ROWS_PER_TXN = 16
 DDL = "CREATE TABLE Items (Id INT64 NOT NULL, V STRING(MAX), N INT64) PRIMARY KEY (Id)"
 COLUMNS = ["Id", "V", "N"]
 WAIT_S = 120.0
+#: What the throughput run times: the baseline, then watch()'s layers from the bottom up.
+LAYERS = ("raw read", "stored read", "merge", "events", "watch()")
 
 
 def open_split(path: str) -> tuple[changestream.EmbeddedDatabase, str]:
@@ -84,6 +91,48 @@ def read_raw(db: changestream.EmbeddedDatabase, stream: str, start: int, end: in
     return keys
 
 
+def read_stored(db: changestream.EmbeddedDatabase, stream: str, start: int, end: int) -> list[int]:
+    """Keys of every partition's mods as watch() reads them (inserts stored compact, see
+    ``read_stored_changes``), partition by partition: no merge, no events."""
+    keys = []
+    for partition in db.partitions(stream, at=start):
+        for record in db.read_stored_changes(stream, start, end, partition.token, 10_000):
+            keys += _record_keys(record)
+    return keys
+
+
+def _record_keys(record: object) -> list[int]:
+    if isinstance(record, StoredInserts):
+        return [row[0] for row in record.rows]
+    if isinstance(record, DataChangeRecord):
+        return [mod.keys["Id"] for mod in record.mods]
+    return []
+
+
+def read_merged(
+    db: changestream.EmbeddedDatabase, start: int, expected: int, events: bool
+) -> list[int]:
+    """Keys of the first ``expected`` mods out of the merge watch() reads through (with
+    ``events``, of the events made of them, without a cursor)."""
+    source = db.ensure_watch_stream()
+    merged = merge.PartitionMerge(
+        db, source.stream, start, DEFAULT_BATCH_SIZE, now=lambda: source.now, stored=True
+    )
+    builder = EventBuilder(db, source.database, watch_options({}))
+    keys: list[int] = []
+    deadline = time.monotonic() + WAIT_S
+    try:
+        while len(keys) < expected and time.monotonic() < deadline:
+            for key, record in merged.take(256, 1.0):
+                if events:
+                    keys += [event["documentKey"]["Id"] for _, event in builder.events(record, key)]
+                else:
+                    keys += _record_keys(record)
+    finally:
+        merged.close()
+    return keys
+
+
 def read_watch(db: changestream.EmbeddedDatabase, start: int, expected: int) -> list[int]:
     """Keys of the first ``expected`` events through watch() (fewer if the wait runs out)."""
     keys = []
@@ -103,15 +152,28 @@ def throughput(path: str, transactions: int, repeats: int) -> dict[str, float]:
         written = sorted(load(db, transactions))
         end = store_of(db).last_commit_ts()
         expected = len(written)
-        raw_runs, watch_runs = [], []
+        runs: dict[str, list[Run]] = {name: [] for name in LAYERS}
+        reads: dict[str, Callable[[], list[int]]] = {
+            "raw read": lambda: read_raw(db, stream, start, end),
+            "stored read": lambda: read_stored(db, stream, start, end),
+            "merge": lambda: read_merged(db, start, expected, events=False),
+            "events": lambda: read_merged(db, start, expected, events=True),
+            "watch()": lambda: read_watch(db, start, expected),
+        }
         for _ in range(repeats):
-            raw_runs.append(timed("raw read", lambda: read_raw(db, stream, start, end), written))
-            watch_runs.append(timed("watch()", lambda: read_watch(db, start, expected), written))
+            for name, read in reads.items():
+                runs[name].append(timed(name, read, written))
     finally:
         db.close()
-    raw = min(raw_runs, key=lambda r: r.seconds)
-    watched = min(watch_runs, key=lambda r: r.seconds)
+    fastest = {name: min(each, key=lambda r: r.seconds) for name, each in runs.items()}
+    raw, watched = fastest["raw read"], fastest["watch()"]
     us = 1e6 / expected
+    # Each layer's CPU per event over the one below it, fastest runs (differences of noisy
+    # figures: read them as where the time goes, not to the tenth of a microsecond).
+    cpu = [fastest[name].cpu_s * us for name in LAYERS[1:]]
+    layers = {"read_stored": cpu[0]} | {
+        name: cpu[i + 1] - cpu[i] for i, name in enumerate(("merge", "events", "cursor"))
+    }
     return {
         "events": expected,
         "watch_events_per_s": round(expected / watched.seconds),
@@ -125,6 +187,9 @@ def throughput(path: str, transactions: int, repeats: int) -> dict[str, float]:
         "watch_gc_us_per_event": round(watched.gc_s * us, 2),
         "baseline_cpu_us_per_event": round(raw.cpu_s * us, 2),
         "baseline_gc_us_per_event": round(raw.gc_s * us, 2),
+        # watch()'s layers, each measured alone: the partitions read as watch() reads them,
+        # one after the other; then merged; then made events; then through the cursor.
+        "watch_layers_cpu_us_per_event": {name: round(v, 2) for name, v in layers.items()},
     }
 
 
