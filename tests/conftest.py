@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterator
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,29 @@ class FixedClock:
 def db(tmp_path: Path) -> Iterator[changestream.EmbeddedDatabase]:
     with changestream.open(str(tmp_path / "test.db")) as database:
         yield database
+
+
+def in_threads(
+    target: Callable[..., object], calls: Iterable[tuple[Any, ...]], timeout: float
+) -> list[BaseException]:
+    """Run ``target(*args)`` for each ``args`` of ``calls`` at once, a thread each; wait for
+    them (each at most ``timeout`` seconds) and return what they raised. Fails when one is
+    still running."""
+    errors: list[BaseException] = []
+
+    def run(*args: Any) -> None:
+        try:
+            target(*args)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=args) for args in calls]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout)
+    assert not any(thread.is_alive() for thread in threads), "a thread is still running"
+    return errors
 
 
 def drain(records: Iterator[changestream.ChangeRecord]) -> list[changestream.ChangeRecord]:

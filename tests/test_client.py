@@ -39,7 +39,7 @@ from changestream.client.lease_table import END, PARTITION_LEASE, WORKER, descri
 from changestream.client.taker import LeaseTaker
 from changestream.clock import now_us
 from changestream.embedded.database import store_of
-from tests.conftest import FixedClock, OpenDb
+from tests.conftest import FixedClock, OpenDb, in_threads
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -182,23 +182,14 @@ def test_lease_writes_from_many_threads_share_one_connection(
     for n in range(threads):
         assert table.insert_if_absent(Lease(PARTITION_LEASE, f"p{n}"))
     opened_before = len(store_of(db)._pool._all)
-    errors: list[BaseException] = []
 
     def checkpoint_often(n: int) -> None:
-        try:
-            row = table.get(PARTITION_LEASE, f"p{n}")
-            for i in range(writes):
-                assert row is not None
-                row = table.update(dataclasses.replace(row, checkpoint=f"{i}:0"))
-        except BaseException as exc:
-            errors.append(exc)
+        row = table.get(PARTITION_LEASE, f"p{n}")
+        for i in range(writes):
+            assert row is not None
+            row = table.update(dataclasses.replace(row, checkpoint=f"{i}:0"))
 
-    workers = [threading.Thread(target=checkpoint_often, args=(n,)) for n in range(threads)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join(WAIT_S)
-    assert errors == []
+    assert in_threads(checkpoint_often, [(n,) for n in range(threads)], WAIT_S) == []
     rows = {r.status_value: r for r in table.list_leases()}
     assert {(v, r.lease_counter, r.checkpoint) for v, r in rows.items()} == {
         (f"p{n}", writes, f"{writes - 1}:0") for n in range(threads)

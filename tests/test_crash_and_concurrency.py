@@ -28,6 +28,7 @@ import changestream
 from changestream import DataChangeRecord, HeartbeatRecord
 from changestream.clock import parse_ts
 from changestream.embedded.database import store_of
+from tests.conftest import in_threads
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -357,33 +358,23 @@ def test_threads_sharing_one_database(tmp_path: Path) -> None:
     threads_n, per_thread, rows_per_txn = 4, 40, 3
     barrier = threading.Barrier(threads_n)
     stamps: dict[str, int] = {}
-    errors: list[BaseException] = []
 
     def writer(w: int) -> None:
-        try:
-            barrier.wait()
-            for n in range(per_thread):
-                tag = f"w{w}-{n}"
-                base = (w * per_thread + n) * rows_per_txn
-                with db.transaction(tag=tag) as tx:
-                    if n % 3 == 0:
-                        values = ", ".join(f"({base + j}, '{tag}')" for j in range(rows_per_txn))
-                        tx.execute_update(f"INSERT INTO Items (Id, Tag) VALUES {values}")
-                    else:
-                        tx.insert(
-                            "Items", ["Id", "Tag"], [[base + j, tag] for j in range(rows_per_txn)]
-                        )
-                stamps[tag] = to_us(tx.commit_timestamp)
-        except BaseException as exc:
-            errors.append(exc)
+        barrier.wait()
+        for n in range(per_thread):
+            tag = f"w{w}-{n}"
+            base = (w * per_thread + n) * rows_per_txn
+            with db.transaction(tag=tag) as tx:
+                if n % 3 == 0:
+                    values = ", ".join(f"({base + j}, '{tag}')" for j in range(rows_per_txn))
+                    tx.execute_update(f"INSERT INTO Items (Id, Tag) VALUES {values}")
+                else:
+                    tx.insert(
+                        "Items", ["Id", "Tag"], [[base + j, tag] for j in range(rows_per_txn)]
+                    )
+            stamps[tag] = to_us(tx.commit_timestamp)
 
-    workers = [threading.Thread(target=writer, args=(w,)) for w in range(threads_n)]
-    for t in workers:
-        t.start()
-    for t in workers:
-        t.join(timeout=LINE_WAIT_S)
-    assert not any(t.is_alive() for t in workers)
-    assert errors == []
+    assert in_threads(writer, [(w,) for w in range(threads_n)], LINE_WAIT_S) == []
 
     total = threads_n * per_thread
     rows = db.read("Items", columns=["Id", "Tag"])
