@@ -19,9 +19,10 @@ BEFORE_CHANGE_MODES = ("off", "whenAvailable", "required")
 #: How long ``try_next()`` waits when ``max_await_time_ms`` is not given (MongoDB's default).
 DEFAULT_MAX_AWAIT_MS = 1000
 #: Records each partition reader may read ahead of the merge when ``batch_size`` is not given.
-#: Small enough that what 16 partitions hold in the merge (about 0.5 MB) stays in a core's
-#: cache: at 1000, the watch benchmark's cursor over 16 catching-up partitions missed a 2 MB
-#: cache 1.47 times as often and ran 3 % more instructions (cachegrind).
+#: Small enough that what 16 partitions hold in the merge (about 0.9 MB of records, 9 MB at
+#: 1000) stays near a core's cache: at 1000, the watch benchmark's cursor over 16 catching-up
+#: partitions missed a 2 MB cache 1.47 times as often and ran 3 % more instructions
+#: (cachegrind).
 DEFAULT_BATCH_SIZE = 100
 
 
