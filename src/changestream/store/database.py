@@ -283,7 +283,7 @@ class Store:
     @contextmanager
     def locked_bookkeeping(self) -> Iterator[sqlite3.Connection]:
         """A plain write transaction on the :meth:`bookkeeping` connection."""
-        with self._pool.shared() as conn, self._begin(conn) as began:
+        with self.bookkeeping() as conn, self._begin(conn) as began:
             yield began
 
     @contextmanager
