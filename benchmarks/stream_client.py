@@ -15,12 +15,14 @@ checkpoint).
 
 Workers are this script run with ``--worker``; each writes ``<partition> <ts> <seq>`` per
 record it processed (flushed before checkpointing), ``C <partition>`` after each checkpoint
-and ``T <monotonic ns> <process CPU ns>`` when a processor starts and after each batch (the
-CPU the worker process used while it drained, per record, is reported beside the baseline's,
-for the 1-worker run). Every run counts unique records, not lines, and checks their number
-against what was written: one record per partition and mod type each transaction touched,
-worked out from the keys and the split points. Goal (issue 21): 1 worker ≥ 0.7 of the
-one-reader baseline.
+and ``T <monotonic ns> <process CPU ns> <catch-up thread CPU ns>`` when a processor starts and
+after each batch (for the 1-worker run, the CPU the worker process used while it drained, per
+record, is reported beside the baseline's, and so is the share of it its catch-up thread used:
+the thread that reads every partition's backlog, the rest being the consumer threads that
+process the batches, lease renewals and checkpoints). Every run counts unique records, not
+lines, and checks their number against what was written: one record per partition and mod
+type each transaction touched, worked out from the keys and the split points. Goal (issue
+21): 1 worker ≥ 0.7 of the one-reader baseline.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
-from typing import TextIO
+from typing import NamedTuple, TextIO
 
 import changestream
 from changestream import DataChangeRecord
@@ -49,7 +51,7 @@ from changestream.client import (
 )
 from changestream.client.lease_table import PARTITION_LEASE
 from changestream.embedded.database import store_of
-from checks import expect, goal, goals
+from checks import CheckFailed, expect, goal, goals
 
 STREAM = "OrdersStream"
 PARTITIONS = 16
@@ -57,9 +59,21 @@ KEYS = 1600
 COLUMNS = ["OrderId", "Amount", "Note"]
 
 
-def _times() -> str:
-    """A ``T`` line: this machine's monotonic clock and this process's CPU, in ns."""
-    return f"T {time.monotonic_ns()} {time.process_time_ns()}\n"
+#: The name the Stream Client gives the thread its partitions catch up on (``_N`` follows).
+CATCH_UP_THREAD = "-catch-up_"
+
+
+def _catch_up_clock() -> int | None:
+    """The CPU clock of this worker's catch-up thread (see ``CATCH_UP_THREAD``), if it runs."""
+    found = [t.ident for t in threading.enumerate() if CATCH_UP_THREAD in t.name and t.ident]
+    return time.pthread_getcpuclockid(found[0]) if len(found) == 1 else None
+
+
+def _times(catch_up: int | None) -> str:
+    """A ``T`` line: this machine's monotonic clock, this process's CPU and the CPU of its
+    catch-up thread (0 before it started), in ns."""
+    thread_ns = 0 if catch_up is None else time.clock_gettime_ns(catch_up)
+    return f"T {time.monotonic_ns()} {time.process_time_ns()} {thread_ns}\n"
 
 
 class FileSink(RecordProcessor):
@@ -72,6 +86,7 @@ class FileSink(RecordProcessor):
     def __init__(self, out: TextIO, work_us: int) -> None:
         self._out = out
         self._work_s = work_us / 1e6
+        self._catch_up: int | None = None
 
     def process_records(self, records: list[DataChangeRecord], checkpointer: Checkpointer) -> None:
         if self._work_s:
@@ -79,14 +94,16 @@ class FileSink(RecordProcessor):
         lines = "".join(
             f"{r.partition_token} {r.commit_timestamp} {r.record_sequence}\n" for r in records
         )
-        self._out.write(f"{lines}{_times()}")
+        if self._catch_up is None:
+            self._catch_up = _catch_up_clock()
+        self._out.write(f"{lines}{_times(self._catch_up)}")
         self._out.flush()
         checkpointer.checkpoint()
         self._out.write(f"C {checkpointer.partition_token}\n")
         self._out.flush()
 
     def initialize(self, context: InitializationContext) -> None:
-        self._out.write(_times())
+        self._out.write(_times(self._catch_up))
         self._out.flush()
 
 
@@ -102,6 +119,15 @@ def worker_main(args: argparse.Namespace) -> None:
             consumer=args.group,
             start_timestamp=args.start,
         ).run()
+
+
+class Drain(NamedTuple):
+    """One run of a consumer group over the backlog (see :func:`throughput`)."""
+
+    records_per_s: float
+    seconds: float
+    cpu_us_per_record: float
+    catch_up_cpu_us_per_record: float
 
 
 class Written:
@@ -177,26 +203,33 @@ def processed(outs: list[Path]) -> list[str]:
     return lines
 
 
-def _time_lines(out: Path) -> list[tuple[int, int]]:
-    """The (monotonic ns, CPU ns) of a worker's ``T`` lines (none when it got no lease)."""
+def _time_lines(out: Path) -> list[tuple[int, int, int]]:
+    """The (monotonic ns, process CPU ns, catch-up thread CPU ns) of a worker's ``T`` lines
+    (none when it got no lease)."""
     if not out.exists():
         return []
     lines = out.read_text().split("\n")[:-1]
-    return [(int(a), int(b)) for a, b in (ln[2:].split() for ln in lines if ln.startswith("T "))]
+    return [
+        (int(a), int(b), int(c)) for a, b, c in (ln[2:].split() for ln in lines if ln[:2] == "T ")
+    ]
 
 
 def processing_seconds(outs: list[Path]) -> float:
     """Seconds from the first ``T`` line of the workers' files (a processor starting on a
     partition, before its first read) to the last (a batch processed)."""
-    times = [at for out in outs for at, _ in _time_lines(out)]
+    times = [at for out in outs for at, _, _ in _time_lines(out)]
     return (max(times) - min(times)) / 1e9
 
 
-def processing_cpu_seconds(out: Path) -> float:
-    """The CPU seconds one worker's process used from its first ``T`` line to its last (0 for
-    a worker that got no lease)."""
-    cpu = [used for _, used in _time_lines(out)]
-    return (max(cpu) - min(cpu)) / 1e9 if cpu else 0.0
+def processing_cpu_seconds(out: Path) -> tuple[float, float]:
+    """The CPU seconds one worker's process used from its first ``T`` line to its last, and
+    those its catch-up thread used, all of it from that span: the thread starts with the
+    first read (0 and 0 for a worker that got no lease)."""
+    lines = _time_lines(out)
+    if not lines:
+        return 0.0, 0.0
+    cpu = [used for _, used, _ in lines]
+    return (max(cpu) - min(cpu)) / 1e9, max(thread for _, _, thread in lines) / 1e9
 
 
 def check_unique(what: str, lines: list[str], written: Written) -> None:
@@ -248,11 +281,11 @@ def throughput(
     work_us: int,
     stall: float,
     run: int = 0,
-) -> tuple[float, float, float]:
-    """(records/s from the first processor's start to the last record processed, seconds
-    from the start of the processes to the last record, CPU µs per record the workers'
-    processes used meanwhile), by a fresh consumer group (one per ``run``). Fails if no new
-    record arrives for ``stall`` seconds before all have."""
+) -> Drain:
+    """Records/s from the first processor's start to the last record processed, seconds
+    from the start of the processes to the last record, and CPU µs per record the workers'
+    processes and their catch-up threads used meanwhile, by a fresh consumer group (one per
+    ``run``). Fails if no new record arrives for ``stall`` seconds before all have."""
     records = written.records
     outs = [tmp / f"w{workers}-r{run}-{i}.txt" for i in range(workers)]
     started = time.perf_counter()
@@ -274,8 +307,13 @@ def throughput(
     finally:
         stop(procs)
     check_unique(f"{workers} workers", processed(outs), written)
-    cpu_us = sum(processing_cpu_seconds(out) for out in outs) / records * 1e6
-    return records / processing_seconds(outs), finished - started, cpu_us
+    cpu = [processing_cpu_seconds(out) for out in outs]
+    return Drain(
+        records / processing_seconds(outs),
+        finished - started,
+        sum(process for process, _ in cpu) / records * 1e6,
+        sum(thread for _, thread in cpu) / records * 1e6,
+    )
 
 
 def failover(
@@ -401,7 +439,12 @@ def main() -> None:
                 for n in (2, 4)
             },
         }
-        rates = {n: rate for n, (rate, _, _) in runs.items()}
+        if not runs[1].catch_up_cpu_us_per_record:
+            raise CheckFailed(
+                f"check failed: no thread named *{CATCH_UP_THREAD}N in the 1-worker run: the "
+                "Stream Client's catch-up thread was renamed; update CATCH_UP_THREAD"
+            )
+        rates = {n: run.records_per_s for n, run in runs.items()}
         result: dict[str, object] = {
             "benchmark": "stream_client",
             "partitions": PARTITIONS,
@@ -411,13 +454,18 @@ def main() -> None:
             "repeats": args.repeats,
             "baseline_read_function_records_per_s": round(base),
             "baseline_runs_records_per_s": [round(b) for b, _ in bases],
-            "client_1_worker_runs_records_per_s": [round(rate) for rate, _, _ in singles],
+            "client_1_worker_runs_records_per_s": [round(r.records_per_s) for r in singles],
             **{f"records_per_s_{n}_workers": round(rate) for n, rate in rates.items()},
-            **{f"seconds_to_drain_{n}_workers": round(s, 2) for n, (_, s, _) in runs.items()},
+            **{f"seconds_to_drain_{n}_workers": round(r.seconds, 2) for n, r in runs.items()},
             # Where the time goes: the CPU each used per record, in the fastest run of each
             # (the worker's process: its consumer threads, lease renewals and checkpoints).
             "baseline_cpu_us_per_record": round(base_cpu, 2),
-            "client_1_worker_cpu_us_per_record": round(runs[1][2], 2),
+            "client_1_worker_cpu_us_per_record": round(runs[1].cpu_us_per_record, 2),
+            # Of which the catch-up thread's reads (the baseline's whole work, plus handing
+            # each batch over); the rest is the consumer threads and the lease upkeep.
+            "client_1_worker_catch_up_thread_cpu_us_per_record": round(
+                runs[1].catch_up_cpu_us_per_record, 2
+            ),
             "scaling_2_vs_1": round(rates[2] / rates[1], 2),
             "scaling_4_vs_1": round(rates[4] / rates[1], 2),
             "client_1_worker_vs_baseline": round(rates[1] / base, 2),
