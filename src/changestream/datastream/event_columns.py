@@ -42,7 +42,7 @@ from changestream.streams.origins import TableOrigin
 from changestream.streams.records import DataChangeRecord
 
 # Stand-ins no event holds: a string with a NUL (JSON writes it escaped) and an index past
-# any record's mods; a template that holds them anywhere else is not used (see _template).
+# any record's mods; a template that holds them anywhere else is not used (see template_of).
 _UUID: Final = "\x00changestream-uuid\x00"
 _PAYLOAD: Final = "\x00changestream-payload\x00"
 _INDEX: Final = 7_346_019_582_113_904_771
@@ -87,7 +87,7 @@ class EventColumns:
         if encoding == "avro":
             self.encoded += avro_plan_of(first).encode_record(first, changes)
         elif encoding in EXTENSIONS:
-            template = _template(first)
+            template = template_of(first)
             if template is None:
                 self.encoded += [_line(event) for event in events()]
             else:
@@ -204,7 +204,7 @@ def _lines(
     payloads: Iterable[dict[str, Any]],
 ) -> list[bytes]:
     """The JSON lines of events alike but for their :class:`Change` (whose payloads, in
-    event JSON form, are ``payloads``), from the :func:`_template` of one of them."""
+    event JSON form, are ``payloads``), from the :func:`template_of` of one of them."""
     head, index_parts, tail = template
     return [
         b"".join(
@@ -220,7 +220,7 @@ def _lines(
     ]
 
 
-def _template(event: Event) -> tuple[bytes, list[bytes], bytes] | None:
+def template_of(event: Event) -> tuple[bytes, list[bytes], bytes] | None:
     """``event``'s JSON line cut where events alike differ: the part before the uuid, the
     parts between which the mod index goes (a CDC event's, in its sort keys and metadata),
     the part after the payload. None when a stand-in shows up where it was not put (a name

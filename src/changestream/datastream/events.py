@@ -88,13 +88,14 @@ CHANGE_TYPES: Final = ("INSERT", "UPDATE", "DELETE")
 BACKFILL_RANK: Final = 0
 CDC_RANK: Final = 1
 
-_WHOLE_ROWS = frozenset({"NEW_ROW", "NEW_ROW_AND_OLD_VALUES"})
+#: The value capture types whose records carry whole rows (what events need).
+WHOLE_ROWS: Final = frozenset({"NEW_ROW", "NEW_ROW_AND_OLD_VALUES"})
 
 # Fixed so uuids stay the same across processes and releases.
-_UUID_NAMESPACE_BYTES = uuid.UUID("6b19f7f1-b143-460a-aabc-117f902a791b").bytes
+UUID_NAMESPACE_BYTES: Final = uuid.UUID("6b19f7f1-b143-460a-aabc-117f902a791b").bytes
 #: SHA-1 having read the namespace: each uuid's digest goes on from a copy of it (0.76-0.85
 #: µs a uuid against 0.94-0.98 hashing the namespace and the parts joined).
-_UUID_SEED = hashlib.sha1(_UUID_NAMESPACE_BYTES)
+_UUID_SEED = hashlib.sha1(UUID_NAMESPACE_BYTES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -561,7 +562,7 @@ def _fitting(
     a value of a former column of that name; a column dropped since is left out, and a
     deleted row gets no added column. Records that do not carry whole rows are not fitted,
     so a change stream that cannot feed events still fails with its own error."""
-    if record.value_capture_type not in _WHOLE_ROWS:
+    if record.value_capture_type not in WHOLE_ROWS:
         return None
     shape = frozenset(c.name for c in record.column_types)
     later = added.after(record.commit_timestamp)

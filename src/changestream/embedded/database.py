@@ -296,6 +296,22 @@ class EmbeddedDatabase(WatchableDatabase):
         return reported_items(reader, "reading a change stream")
 
     @reported
+    def read_change_payloads(
+        self,
+        stream: str,
+        start_timestamp: Timestamp,
+        end_timestamp: Timestamp | None,
+        partition_token: str,
+    ) -> Iterator[tuple[int, bytes]]:
+        """One partition's data change records in commit order, as the change log stores
+        them: (commit timestamp, payload JSON), for readers that build from the JSON (see
+        :mod:`changestream.datastream.stored_columns`)."""
+        query = (stream, start_timestamp, end_timestamp, partition_token, 10_000, None)
+        reader = ChangeStreamReader(self._store, validate(self._store, *query), _stored_payload)
+        items = reported_items(reader, "reading a change stream")
+        return (item for item in items if isinstance(item, tuple))
+
+    @reported
     def execute_sql(
         self, sql: str, params: Params = None, *, sandbox: SqlSandbox | None = None
     ) -> ResultSet:
@@ -394,6 +410,10 @@ class EmbeddedDatabase(WatchableDatabase):
         """The consumer groups that keep leases on ``stream``, sorted."""
         store = self._store
         return lease_consumers(store.connection(), store.catalog().stream(stream).stream_id)
+
+
+def _stored_payload(commit_timestamp: int, payload: bytes, _token: str) -> tuple[int, bytes]:
+    return commit_timestamp, payload
 
 
 def store_of(db: EmbeddedDatabase) -> Store:

@@ -43,6 +43,13 @@ from changestream.datastream.segments import (
     SegmentWriter,
     publish_lane,
 )
+from changestream.datastream.stored_columns import (
+    ArrowEventColumns,
+    StoredColumns,
+    StoredHeader,
+    accepts_table,
+    stored_header,
+)
 from changestream.ddl.schema import Table
 from changestream.spark._backfill import Chunk
 from changestream.spark.frontier import ReadRange
@@ -52,7 +59,7 @@ from changestream.spark.replica import DeltaReplica
 from changestream.streams.opening import open_database
 from changestream.streams.origins import TableOrigin
 from changestream.streams.records import DataChangeRecord
-from changestream.streams.roles import PipelineDatabase
+from changestream.streams.roles import PipelineDatabase, StoredPayloadSource
 
 #: What a task reports per file: ``kind`` is ``events`` (a segment), ``replica`` (a staged
 #: MERGE source) or ``chunk`` (a finished backfill chunk: ``seq`` its index, ``read_timestamp``
@@ -173,17 +180,18 @@ class _Staging:
             if table_events:
                 self.parts[table].append(self.plan.replicas[table].source_rows(table_events))
 
-    def add_columns(self, columns: EventColumns) -> None:
+    def add_columns(self, columns: EventColumns | ArrowEventColumns) -> None:
         """Stage ``columns`` if they are changes of a table as it is now."""
         table = columns.first.table
         if self.plan.replica is None or table is not self.plan.tables.get(table.name):
             return
         replica = self.plan.replicas[table.name]
-        self.parts[table.name].append(
-            replica.change_rows(
-                columns.rows, columns.sort_key_columns, columns.uuids, columns.deleted
-            )
-        )
+        keys, uuids, deleted = columns.sort_key_columns, columns.uuids, columns.deleted
+        if isinstance(columns, ArrowEventColumns):
+            rows = replica.change_arrays(columns.values, keys, uuids, deleted)
+        else:
+            rows = replica.change_rows(columns.rows, keys, uuids, deleted)
+        self.parts[table.name].append(rows)
 
     def write(self, batch_key: str, task: int) -> list[Summary]:
         out: list[Summary] = []
@@ -228,12 +236,26 @@ def _range_groups(
     plan: TaskPlan, db: PipelineDatabase, change_stream: str, read: ReadRange
 ) -> Iterator[_Groups]:
     """The records of the plan's tables in one partition range, in commit order, a chunk at
-    a time, grouped by the table each makes events of (by identity: a former table can have
-    the shape of today's, which must keep its own events)."""
-    pending: dict[int, tuple[Table, list[DataChangeRecord]]] = {}
-    former: dict[tuple[str, str], Table] = {}
+    a time, grouped as :func:`_grouped` says."""
+    chunk: list[DataChangeRecord] = []
     count = 0
     for record in read_records(db, change_stream, read):
+        chunk.append(record)
+        count += len(record.mods)
+        if count >= _EVENTS_PER_CHUNK:
+            yield _grouped(plan, chunk)
+            chunk, count = [], 0
+    if chunk:
+        yield _grouped(plan, chunk)
+
+
+def _grouped(plan: TaskPlan, records: Iterable[DataChangeRecord]) -> _Groups:
+    """``records`` of the plan's tables grouped by the table each makes events of (by
+    identity: a former table can have the shape of today's, which must keep its own
+    events), in their order."""
+    pending: dict[int, tuple[Table, list[DataChangeRecord]]] = {}
+    former: dict[tuple[str, str], Table] = {}
+    for record in records:
         table = plan.current(record.table_name, record.commit_timestamp)
         if table is None:
             shape = (record.table_name, repr(record.column_types))
@@ -245,12 +267,7 @@ def _range_groups(
         if group is None:
             group = pending[id(table)] = (table, [])
         group[1].append(record)
-        count += len(record.mods)
-        if count >= _EVENTS_PER_CHUNK:
-            yield list(pending.values())
-            pending, count = {}, 0
-    if count:
-        yield list(pending.values())
+    return [group for group in pending.values() if group[1]]
 
 
 def range_events(
@@ -269,22 +286,123 @@ def range_events(
 
 def range_columns(
     plan: TaskPlan, db: PipelineDatabase, change_stream: str, read: ReadRange
-) -> Iterator[EventColumns]:
-    """:func:`range_events` as :class:`EventColumns`, encoded in the plan's format, a
-    table's at a time."""
-    for groups in _range_groups(plan, db, change_stream, read):
-        for table, records in groups:
-            columns = record_columns(
-                plan.stream_name,
-                plan.schema,
-                table,
-                records,
-                read.end,
-                plan.origin_of(table),
-                encoding=plan.format,
+) -> Iterator[EventColumns | ArrowEventColumns]:
+    """:func:`range_events` as columns, encoded in the plan's format, a table's at a time:
+    built by DuckDB from the change log's JSON where the database has it at hand and the
+    events are JSON lines (see :mod:`changestream.datastream.stored_columns`), else in
+    Python."""
+    if isinstance(db, StoredPayloadSource) and plan.format in _STORED_FORMATS:
+        yield from _StoredRange(plan, db, change_stream, read)
+    else:
+        for groups in _range_groups(plan, db, change_stream, read):
+            yield from _python_columns(plan, groups, read.end)
+
+
+def _python_columns(plan: TaskPlan, groups: _Groups, read_end: int) -> Iterator[EventColumns]:
+    for table, records in groups:
+        columns = record_columns(
+            plan.stream_name,
+            plan.schema,
+            table,
+            records,
+            read_end,
+            plan.origin_of(table),
+            encoding=plan.format,
+        )
+        if columns is not None:
+            yield columns
+
+
+#: The file formats whose events DuckDB builds (it writes JSON lines only).
+_STORED_FORMATS: Final = frozenset({"json", "json.gz"})
+#: Stored JSON read before its events are built (bounds a task's memory like
+#: _EVENTS_PER_CHUNK).
+_STORED_BYTES_PER_CHUNK: Final = 4 * 1024 * 1024
+
+
+class _StoredRange:
+    """The event columns of one partition range read as the change log stores it, a chunk at
+    a time: the records :class:`StoredColumns` accepts built by DuckDB, the others (and a
+    chunk DuckDB does not build) decoded and built in Python, each table's in commit
+    order."""
+
+    def __init__(
+        self, plan: TaskPlan, db: StoredPayloadSource, change_stream: str, read: ReadRange
+    ) -> None:
+        self.plan, self.db, self.change_stream, self.read = plan, db, change_stream, read
+        self.connection = _duckdb_connection()
+        self.builders: dict[str, StoredColumns | None] = {}
+
+    def __iter__(self) -> Iterator[EventColumns | ArrowEventColumns]:
+        read = self.read
+        stored: dict[str, list[tuple[int, StoredHeader, bytes]]] = defaultdict(list)
+        decoded: list[DataChangeRecord] = []
+        size = 0
+        for ts, payload in self.db.read_change_payloads(
+            self.change_stream, read.start, read.end, read.token
+        ):
+            header = stored_header(payload)
+            builder = None if header is None else self._builder(header.table_name, ts)
+            if builder is not None and header is not None and builder.accepts(ts, header):
+                stored[header.table_name].append((ts, header, payload))
+            else:
+                decoded.append(DataChangeRecord.from_payload(ts, payload, read.token))
+            size += len(payload)
+            if size >= _STORED_BYTES_PER_CHUNK:
+                yield from self._chunk(stored, decoded)
+                stored, decoded, size = defaultdict(list), [], 0
+        yield from self._chunk(stored, decoded)
+
+    def _builder(self, name: str, commit_ts: int) -> StoredColumns | None:
+        table = self.plan.current(name, commit_ts)
+        if table is None:
+            return None
+        if name not in self.builders:
+            plan = self.plan
+            self.builders[name] = (
+                StoredColumns(
+                    self.connection,
+                    plan.stream_name,
+                    plan.schema,
+                    table,
+                    self.read.end,
+                    plan.origin_of(table),
+                )
+                if accepts_table(table)
+                else None
             )
-            if columns is not None:
-                yield columns
+        return self.builders[name]
+
+    def _chunk(
+        self,
+        stored: Mapping[str, list[tuple[int, StoredHeader, bytes]]],
+        decoded: list[DataChangeRecord],
+    ) -> Iterator[EventColumns | ArrowEventColumns]:
+        """The events of one chunk: ``stored`` records by table, ``decoded`` the others."""
+        for name, records in stored.items():
+            builder = self.builders[name]
+            assert builder is not None
+            built = builder.build([(ts, header) for ts, header, _ in records])
+            if built is not None:
+                yield built
+            else:
+                token = self.read.token
+                decoded += (DataChangeRecord.from_payload(ts, p, token) for ts, _, p in records)
+        if decoded:
+            decoded.sort(key=lambda r: (r.commit_timestamp, r.record_sequence))
+            groups = _grouped(self.plan, decoded)
+            yield from _python_columns(self.plan, groups, self.read.end)
+
+
+@functools.cache
+def _duckdb_connection() -> Any:
+    """A DuckDB connection in memory, on one thread (a task has one core); one per Python
+    worker, which runs one task at a time (a connection took 25 ms to open)."""
+    import duckdb
+
+    connection = duckdb.connect()
+    connection.execute("SET threads = 1")
+    return connection
 
 
 @dataclass(frozen=True, slots=True)
@@ -327,7 +445,7 @@ class CdcTask:
 
     def _events(
         self, db: PipelineDatabase, read: ReadRange
-    ) -> Iterator[EventColumns | list[Event]]:
+    ) -> Iterator[EventColumns | ArrowEventColumns | list[Event]]:
         """The events of one read range, a table's (or a chunk's) at a time."""
         if self.plan.by_columns:
             yield from range_columns(self.plan, db, self.change_stream, read)
@@ -396,10 +514,12 @@ class BackfillTask:
 
 
 def _write_and_stage(
-    events: EventColumns | list[Event] | None, writer: SegmentWriter, staging: _Staging
+    events: EventColumns | ArrowEventColumns | list[Event] | None,
+    writer: SegmentWriter,
+    staging: _Staging,
 ) -> None:
     """Write ``events`` to segments and stage their replica rows."""
-    if isinstance(events, EventColumns):
+    if isinstance(events, EventColumns | ArrowEventColumns):
         writer.write_encoded(events.first, events.encoded)
         staging.add_columns(events)
     elif events:

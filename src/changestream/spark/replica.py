@@ -103,7 +103,7 @@ def sort_key_text(sort_keys: Sequence[int]) -> str:
     return "{:019d}-{:019d}-{:019d}-{:019d}".format(*sort_keys)
 
 
-def sort_key_texts(columns: Sequence[Sequence[int]]) -> pa.Array:
+def sort_key_texts(columns: Sequence[Sequence[int] | pa.Array]) -> pa.Array:
     """:func:`sort_key_text` of many sort keys given as four columns (one per place in
     them), in Arrow (a Python loop costs more than the MERGE for large batches)."""
     parts = [pa.array(column, pa.int64()) for column in columns]
@@ -381,6 +381,21 @@ class DeltaReplica:
             pa.array(uuids, pa.string()),
             pa.array(deleted, pa.bool_()),
         ]
+        return pa.Table.from_arrays(columns, schema=self.schema)
+
+    def change_arrays(
+        self,
+        values: Sequence[pa.Array],
+        sort_key_columns: Sequence[pa.Array],
+        uuids: pa.Array,
+        deleted: pa.Array,
+    ) -> pa.Table:
+        """:meth:`change_rows` of changes whose rows are given as Arrow columns, one per
+        column of the table in its order, each of a type that casts to the replica's."""
+        columns = [
+            value.cast(field.type) for value, field in zip(values, self.schema, strict=False)
+        ]
+        columns += [sort_key_texts(sort_key_columns), uuids.cast(pa.string()), deleted]
         return pa.Table.from_arrays(columns, schema=self.schema)
 
     def staged(self, parts: list[pa.Table]) -> pa.Table:

@@ -1,9 +1,10 @@
 """The database's interfaces, one per role. Every consumer is typed against the narrowest ones
 it uses; the embedded database (:func:`changestream.open`) and the remote one
-(:func:`changestream.connect`) satisfy them all.
+(:func:`changestream.connect`) satisfy them all but :class:`StoredPayloadSource`.
 
 - :class:`TableStore`: DDL, transactions, reads and SQL over user tables.
 - :class:`ChangeStreamSource`: the change streams, their read function and partitions.
+- :class:`StoredPayloadSource`: the change log's JSON as stored (the embedded database only).
 - :class:`SplitAdministration`: splitting and merging by hand, and the split policy.
 - :class:`LeaseStore`: the Stream Client's consumer groups and their lease tables.
 - :class:`DocumentStore`: versioned documents and logs the layers above keep their state in.
@@ -148,6 +149,21 @@ class ChangeStreamSource(Named, Protocol):
 
 
 @runtime_checkable
+@runtime_checkable
+class StoredPayloadSource(Protocol):
+    """A database whose change log is at hand (the embedded one): one partition's data change
+    records as it stores them, for readers that build from their JSON (see
+    :mod:`changestream.datastream.stored_columns`)."""
+
+    def read_change_payloads(
+        self,
+        stream: str,
+        start_timestamp: Timestamp,
+        end_timestamp: Timestamp | None,
+        partition_token: str,
+    ) -> Iterator[tuple[int, bytes]]: ...
+
+
 class SplitAdministration(Protocol):
     """Splits and merges by hand, and the split policy that makes them by load."""
 
