@@ -3,9 +3,11 @@ renamed, small ones concatenated), and how a publish cut short by a crash is fin
 
 from __future__ import annotations
 
+import gzip
 from pathlib import Path
 
 import orjson
+import pyarrow as pa
 import pytest
 
 from changestream.datastream.files import event_files, read_events
@@ -50,7 +52,7 @@ def test_small_segments_are_concatenated_and_big_ones_renamed(tmp_path: Path, fo
     write_segments(segments, format, [4], per_batch=400, cap=10**6)
     directory = lane_dir(segments)
     big = max(directory.glob("*.seg"), key=lambda p: p.stat().st_size)
-    cap = big.stat().st_size + 1  # the big segment is over half a file, the small ones not
+    cap = big.stat().st_size + 1  # the big segment is over a quarter of a file, the small ones not
     big_inode = big.stat().st_ino
 
     files = publish_lane(directory, destination, "inc", format, cap)
@@ -102,3 +104,37 @@ def test_encoded_lines_fill_a_segment_up_to_the_one_that_reaches_its_cap(tmp_pat
     written = writer.close()
     assert [n for _, _, n in written] == [3, 3, 2]
     assert [line for _, path, _ in written for line in path.read_bytes().splitlines(True)] == lines
+
+
+@pytest.mark.parametrize("format", ["json", "json.gz"])
+@pytest.mark.parametrize("cap", [1, 700, 5_000, 10**6])
+def test_lines_written_at_once_make_the_segments_written_one_by_one(
+    tmp_path: Path, format: str, cap: int
+) -> None:
+    """``write_lines`` cuts files where ``write_encoded`` does: after the line that brings a
+    file to its cap (a line longer than the cap is a file of its own)."""
+    events = sample_events(40, read_us=1_000_000)
+    lines = [orjson.dumps(e.to_json_dict(), option=orjson.OPT_APPEND_NEWLINE) for e in events]
+    contents = []
+    for how, root in (("one by one", tmp_path / "a"), ("at once", tmp_path / "b")):
+        writer = SegmentWriter(root, format, cap, CDC_LANE, 1, 0)
+        if how == "at once":
+            writer.write_lines(events[0], pa.array(lines[:25], pa.binary()))
+            writer.write_lines(events[0], pa.array([], pa.string()))
+            writer.write_lines(events[0], pa.array([line.decode() for line in lines[25:]]))
+        else:
+            writer.write_encoded(events[0], lines)
+        written = writer.close()
+        contents.append([(n, _uncompressed(p)) for _, p, n in written])
+    assert contents[0] == contents[1]
+    assert b"".join(data for _, data in contents[0]) == b"".join(lines)
+    files = [data for _, data in contents[0]]
+    assert len(files) == {1: 40, 10**6: 1}.get(cap, len(files))
+    assert 1 <= len(files) <= 40
+    for data in files[:-1]:  # each full file: its last line took it to the cap
+        assert len(data) >= cap > len(data) - len(data.splitlines(keepends=True)[-1])
+
+
+def _uncompressed(path: Path) -> bytes:
+    data = path.read_bytes()
+    return gzip.decompress(data) if path.name.endswith(".gz.seg") else data

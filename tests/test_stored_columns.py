@@ -68,7 +68,8 @@ def _write(db: Any, region: str, written: list[tuple[Any, ...]]) -> None:
     """Each row upserted in one tagged transaction, updated in part, then half of them
     deleted; and two fixed rows among them, one transaction changing only those. That one's
     record holds mods of different columns (the seed's form, not the compact one) and no
-    generated value (which may hold a control character)."""
+    generated value (which may hold a control character). Then the rows inserted again
+    under another region in one batch, which is stored compact."""
     full = [[region, i, name, qty, ok] for i, name, qty, ok in written]
     with db.transaction(tag=source_tag("src", "tx-1", "0/16B3748")) as tx:
         tx.insert_or_update("T", COLUMNS, [["fixed", 1, "x", 1, True], *full[::2]])
@@ -79,6 +80,8 @@ def _write(db: Any, region: str, written: list[tuple[Any, ...]]) -> None:
     with db.transaction() as tx:
         tx.update("T", ["Region", "Id", "Ok"], [["fixed", 1, False]])
         tx.update("T", ["Region", "Id", "Name"], [["fixed", 2, "y"]])
+    with db.transaction() as tx:  # a batch of inserts: stored compact
+        tx.insert("T", COLUMNS, [[f"{region}+", i, name, qty, ok] for i, name, qty, ok in written])
     with db.transaction() as tx:
         tx.delete("T", [[region, r[1]] for r in full[::2]])
 
@@ -98,7 +101,7 @@ def _python(table: Any, log: list[tuple[int, bytes]], origin: Any) -> EventColum
 
 
 def _assert_same(built: ArrowEventColumns, python: EventColumns, table: Any, root: Path) -> None:
-    assert built.encoded == python.encoded
+    assert built.lines.cast(pa.binary()).to_pylist() == python.encoded
     assert built.uuids.to_pylist() == python.uuids
     assert built.deleted.to_pylist() == python.deleted
     assert [c.to_pylist() for c in built.sort_key_columns] == [
@@ -147,8 +150,9 @@ def test_duckdb_builds_the_events_the_python_path_builds(
 
 
 def test_what_duckdb_does_not_build_is_left_to_python(tmp_path: Path, connection: Any) -> None:
-    """Compact inserts and control characters have no header; records from before a column
-    was added are not accepted; a table with other column types is not built here at all."""
+    """A payload with a control character has no header; records from before a column was
+    added are not accepted; a table with other column types is not built here at all. A
+    compact batch of inserts is."""
     with _database(tmp_path / "db.sqlite") as db:
         with db.transaction() as tx:
             tx.insert("T", COLUMNS, [["r", 1, "a", 1, True], ["r", 2, "b", 2, None]])
@@ -164,14 +168,22 @@ def test_what_duckdb_does_not_build_is_left_to_python(tmp_path: Path, connection
         db.execute_ddl(["CREATE TABLE F (K INT64 NOT NULL, X FLOAT64) PRIMARY KEY (K)"])
         floats = next(t for t in db.tables() if t.name == "F")
     compact, control, before_added = log
-    assert stored_header(compact[1]) is None
     assert stored_header(control[1]) is None
-    header = stored_header(before_added[1])
-    assert header is not None
     builder = StoredColumns(connection, STREAM, "db", table, 1)
+    header = stored_header(before_added[1])
+    assert header is not None and not header.compact
     assert not builder.accepts(before_added[0], header)
+    header = stored_header(compact[1])
+    assert header is not None and header.compact
+    assert not builder.accepts(compact[0], header)  # also from before the column was added
     assert not accepts_table(floats)
     assert builder.build([]) is None
+
+
+def _lines(columns: EventColumns | ArrowEventColumns) -> list[bytes]:
+    if isinstance(columns, EventColumns):
+        return columns.encoded
+    return list(columns.lines.cast(pa.binary()).to_pylist())
 
 
 def test_a_task_reads_a_range_alike_by_either_path(tmp_path: Path) -> None:
@@ -183,9 +195,13 @@ def test_a_task_reads_a_range_alike_by_either_path(tmp_path: Path) -> None:
         with db.transaction() as tx:
             tx.insert("T", COLUMNS, [["us", i, "x\x02", 1, None] for i in range(5)])
         db.execute_ddl(["ALTER TABLE T ADD COLUMN Extra INT64"])
+        with db.transaction() as tx:
+            tx.insert("T", COLUMNS, [["jp", i, "ok", i, i % 3 == 0] for i in range(7)])
+        with db.transaction() as tx:
+            tx.delete("T", [["jp", i] for i in range(3)])
         _write(db, "ap", [(i, "m", None, True) for i in range(10)])
         (table,) = db.tables()
-        _, token = _log(db)
+        log, token = _log(db)
         start = min(p.start_timestamp for p in db.partition_history("S"))
         read = ReadRange(token, start, store_of(db).last_commit_ts())
         plan = _tasks.TaskPlan(
@@ -204,7 +220,11 @@ def test_a_task_reads_a_range_alike_by_either_path(tmp_path: Path) -> None:
             for c in _tasks._python_columns(plan, groups, read.end)
         ]  # fmt: skip
     assert {type(c) for c in stored} == {ArrowEventColumns, EventColumns}
-    assert sorted(line for c in stored for line in c.encoded) == sorted(
+    builder = StoredColumns(duckdb.connect(), STREAM, "db", table, read.end)
+    headers = ((ts, stored_header(p)) for ts, p in log)
+    built = {h.compact for ts, h in headers if h is not None and builder.accepts(ts, h)}
+    assert built == {True, False}  # records of both forms are built by DuckDB
+    assert sorted(line for c in stored for line in _lines(c)) == sorted(
         line for c in python for line in c.encoded
     )
     assert sum(len(c) for c in stored) == sum(len(c) for c in python) > 100

@@ -67,7 +67,7 @@ class _JsonSink:
         line = orjson.dumps(event.to_json_dict(), option=orjson.OPT_APPEND_NEWLINE)
         return self.write_encoded(line)
 
-    def write_encoded(self, line: bytes) -> int:
+    def write_encoded(self, line: bytes | memoryview) -> int:
         self._fo.write(line)
         self._size += len(line)
         return self._size
@@ -181,6 +181,13 @@ class EventFile:
     def write(self, event: Event) -> None:
         self.size = self._sink.write(event)
         self.events += 1
+
+    def write_lines(self, lines: bytes | memoryview, count: int) -> None:
+        """Write ``count`` JSON lines at once (each with its newline) to a JSON file."""
+        if not isinstance(self._sink, _JsonSink):
+            raise InvalidArgument(f"{self.path.name} is not a JSON file: it takes no JSON lines")
+        self.size = self._sink.write_encoded(lines)
+        self.events += count
 
     def write_encoded(self, encoded: bytes) -> None:
         """Write an event already encoded in the file's format: a JSON line (newline

@@ -28,6 +28,7 @@ from typing import Any, Final
 import msgspec
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from changestream.datastream.event_columns import template_of
 from changestream.datastream.events import (
@@ -60,40 +61,49 @@ class StoredHeader(msgspec.Struct, frozen=True, gc=False):
     mod_type: str
     value_capture_type: str
     transaction_tag: str = ""
+    #: The mods in the seed's form, or in the compact one (see changestream.streams.mods).
     mods: msgspec.Raw = msgspec.Raw()
+    mod_columns: msgspec.Raw = msgspec.Raw()
+    mod_values: msgspec.Raw = msgspec.Raw()
+
+    @property
+    def compact(self) -> bool:
+        """Whether the mods are stored in the compact form."""
+        return len(self.mod_columns) > 0
 
 
 _decode_header = msgspec.json.Decoder(StoredHeader).decode
 
 
 def stored_header(payload: bytes) -> StoredHeader | None:
-    """The header of a stored record holding its mods in the seed's form (None for any other:
-    a compact batch of inserts, a payload this shape does not hold, or one holding a control
-    character, which DuckDB escapes in other digits than ``orjson``)."""
+    """The header of a stored record holding its mods in one of the two forms (None for any
+    other payload, or one holding a control character, which DuckDB escapes in other digits
+    than ``orjson``)."""
     if _ESCAPED_CONTROL in payload:
         return None
     try:
         header = _decode_header(payload)
     except msgspec.MsgspecError:
         return None
-    return header if len(header.mods) else None
+    seed, compact = len(header.mods) > 0, header.compact
+    return header if seed != compact and compact == (len(header.mod_values) > 0) else None
 
 
 @dataclass(slots=True)
 class ArrowEventColumns:
-    """Events of one table, in order: ``encoded`` their JSON lines; ``values`` the replica's
+    """Events of one table, in order: ``lines`` their JSON lines; ``values`` the replica's
     columns of their rows, in the table's column order; ``sort_key_columns`` their sort keys
     as four columns; ``uuids`` and ``deleted`` theirs."""
 
     first: Event
-    encoded: list[bytes]
+    lines: pa.Array
     values: list[pa.Array]
     sort_key_columns: tuple[pa.Array, pa.Array, pa.Array, pa.Array]
     uuids: pa.Array
     deleted: pa.Array
 
     def __len__(self) -> int:
-        return len(self.encoded)
+        return len(self.lines)
 
 
 def accepts_table(table: Table) -> bool:
@@ -123,9 +133,11 @@ class StoredColumns:
         self._newest_added = max(
             (c.added_at for c in table.columns if c.added_at is not None), default=-1
         )
+        self._keys = frozenset(table.primary_key)
         self._sql = _query(table)
         self._stored_nulls = dict.fromkeys(self._build.plan.names)
         self._shapes: dict[bytes, frozenset[str]] = {}
+        self._positions: dict[tuple[bytes, bool], list[int | None] | None] = {}
 
     def accepts(self, commit_ts: int, header: StoredHeader) -> bool:
         """Whether the record is built here: whole rows of the table as it is now, with the
@@ -139,16 +151,46 @@ class StoredColumns:
         if names is None:
             names = self._shapes[shape] = frozenset(c["name"] for c in orjson.loads(shape))
         # A DELETE of a row written before a column was added lacks it, and needs none.
-        return names == self._names or (header.mod_type == "DELETE" and names <= self._names)
+        deleted = header.mod_type == "DELETE"
+        if names != self._names and not (deleted and names <= self._names):
+            return False
+        return not header.compact or self._compact_positions(header) is not None
+
+    def _compact_positions(self, header: StoredHeader) -> list[int | None] | None:
+        """Where each of the table's columns is in a compact record's rows of values (from
+        1; None: not there, a DELETE's column without an old value), or None when its mods
+        are not whole rows of the table (the Python path then says what is wrong)."""
+        deleted = header.mod_type == "DELETE"
+        shape = (bytes(header.mod_columns), deleted)
+        if shape in self._positions:
+            return self._positions[shape]
+        keys, new, old = orjson.loads(shape[0])
+        values = old if deleted else new
+        fits = set(keys) == self._keys and len(set(keys)) == len(keys)
+        fits = fits and len(set(values)) == len(values)
+        non_key = self._names - self._keys
+        fits = fits and (set(values) <= non_key if deleted else set(values) == non_key)
+        positions: list[int | None] | None = None
+        if fits:
+            at = {name: i for i, name in enumerate(keys, 1)}
+            skip = len(keys) + (len(new) if deleted else 0)
+            at.update({name: skip + i for i, name in enumerate(values, 1)})
+            positions = [at.get(c.name) for c in self._table.columns]
+        self._positions[shape] = positions
+        return positions
 
     def build(self, records: Sequence[tuple[int, StoredHeader]]) -> ArrowEventColumns | None:
-        """The events of ``records`` (each :meth:`accepts`), or None when a check fails."""
+        """The events of ``records`` (each :meth:`accepts`), or None when a name holds a
+        template's stand-in (see :func:`~changestream.datastream.event_columns.template_of`)."""
         if not records:
             return None
         first: Event | None = None
         columns: dict[str, list[Any]] = {
-            name: [] for name in ("mods", "deleted", "uuid_head", "head", "p0", "p1", "p2", "tail")
+            name: []
+            for name in ("mods", "mod_values", "uuid_head", "head", "p0", "p1", "p2", "tail")
         }
+        deleted: list[bool] = []
+        positions: list[list[int | None]] = [[] for _ in self._table.columns]
         timestamps: list[int] = []
         sequences: list[int] = []
         build = self._build
@@ -169,8 +211,18 @@ class StoredColumns:
                 first = event
             head, parts, tail = template
             uuid_head = orjson.dumps(("cdc", stream, obj, ts, tx_id, sequence))[:-1] + b","
-            columns["mods"].append(bytes(header.mods))
-            columns["deleted"].append(mod_type == "DELETE")
+            if header.compact:
+                columns["mods"].append(None)
+                columns["mod_values"].append(bytes(header.mod_values))
+                found = self._compact_positions(header)
+                assert found is not None
+            else:
+                columns["mods"].append(bytes(header.mods))
+                columns["mod_values"].append(None)
+                found = [None] * len(positions)
+            for column, at in zip(positions, found, strict=True):
+                column.append(at)
+            deleted.append(mod_type == "DELETE")
             columns["uuid_head"].append(UUID_NAMESPACE_BYTES + uuid_head)
             columns["head"].append(head)
             columns["p0"].append(parts[0])
@@ -183,13 +235,13 @@ class StoredColumns:
         source = pa.table(
             {
                 "rec": pa.array(range(len(records)), pa.int64()),
-                "mods": pa.array(columns.pop("mods"), pa.binary()).cast(pa.string()),
-                "deleted": pa.array(columns.pop("deleted"), pa.bool_()),
+                "deleted": pa.array(deleted, pa.bool_()),
                 "uuid_head": pa.array(columns.pop("uuid_head"), pa.binary()),
                 **{
                     name: pa.array(values, pa.binary()).cast(pa.string())
                     for name, values in columns.items()
                 },
+                **{f"pos{i}": pa.array(column, pa.int32()) for i, column in enumerate(positions)},
             }
         )
         self._connection.register("stored_records", source)
@@ -199,10 +251,14 @@ class StoredColumns:
             self._connection.unregister("stored_records")
         recs, indexes = out["rec"].combine_chunks(), out["idx"].combine_chunks()
         if not _in_order(recs, indexes):
-            raise RuntimeError("DuckDB returned the events of stored records out of their order")
+            # The records of the other form follow: the events back in their records' order.
+            out = out.take(pc.sort_indices(out, [("rec", "ascending"), ("idx", "ascending")]))
+            recs, indexes = out["rec"].combine_chunks(), out["idx"].combine_chunks()
+            if not _in_order(recs, indexes):
+                raise RuntimeError("DuckDB returned a stored record's mods twice or not at all")
         return ArrowEventColumns(
             first=first,
-            encoded=out["line"].cast(pa.binary()).to_pylist(),
+            lines=out["line"].combine_chunks().cast(pa.binary()),
             values=[out[f"c{i}"].combine_chunks() for i in range(len(self._table.columns))],
             sort_key_columns=(
                 pa.array(timestamps, pa.int64()).take(recs),
@@ -228,8 +284,9 @@ def _in_order(recs: pa.Array, indexes: pa.Array) -> bool:
 @functools.lru_cache(maxsize=256)
 def _query(table: Table) -> str:
     """The SQL that builds the events of ``table``'s records registered as
-    ``stored_records`` (see :meth:`StoredColumns.build`), in their order (no ORDER BY: one
-    thread keeps the order of its input, which ``build`` checks)."""
+    ``stored_records`` (see :meth:`StoredColumns.build`): those of each form in their order
+    (no ORDER BY: one thread keeps the order of its input, which ``build`` checks), the
+    seed's form first."""
     keys = set(table.primary_key)
     fields = {c.name: _TYPES[c.type.code] for c in table.columns}
     key_fields = {name: kind for name, kind in fields.items() if name in keys}
@@ -237,33 +294,43 @@ def _query(table: Table) -> str:
     mod_type = orjson.dumps(
         [{"keys": key_fields, "new_values": value_fields, "old_values": value_fields}]
     ).decode()
-    values: list[str] = []
+    seed: list[str] = []
+    compact: list[str] = []
     payload: list[str] = []
     for i, column in enumerate(table.columns):
-        name = column.name
+        name, kind = column.name, fields[column.name]
         if name in keys:
-            values.append(f"m.keys.{name} AS c{i}")
+            seed.append(f"m.keys.{name} AS c{i}")
         else:
-            values.append(
+            seed.append(
                 f"CASE WHEN deleted THEN m.old_values.{name} ELSE m.new_values.{name} END AS c{i}"
             )
+        compact.append(f"CAST(v[pos{i}] AS {kind}) AS c{i}")
         separator = "{" if i == 0 else ","
         payload.append(_sql_text(separator + orjson.dumps(name).decode() + ":"))
         json_value = f"to_json(c{i})" if column.type.code == "STRING" else f"c{i}"
         payload.append(f"coalesce({json_value}::VARCHAR, 'null')")
+    shared = "rec, deleted, uuid_head, head, p0, p1, p2, tail"
+    positions = ", ".join(f"pos{i}" for i in range(len(table.columns)))
     return f"""
-WITH parsed AS (
-    SELECT rec, deleted, uuid_head, head, p0, p1, p2, tail,
-        from_json(mods, {_sql_text(mod_type)}) AS ms
-    FROM stored_records
-), unnested AS (
-    SELECT * EXCLUDE (ms), unnest(ms) AS m, generate_subscripts(ms, 1) - 1 AS idx FROM parsed
+WITH seed AS (
+    SELECT {shared}, from_json(mods, {_sql_text(mod_type)}) AS ms
+    FROM stored_records WHERE mods IS NOT NULL
+), seed_mods AS (
+    SELECT * EXCLUDE (ms), unnest(ms) AS m, generate_subscripts(ms, 1) - 1 AS idx FROM seed
+), compact AS (
+    SELECT {shared}, {positions}, from_json(mod_values, '[["VARCHAR"]]') AS vs
+    FROM stored_records WHERE mod_values IS NOT NULL
+), compact_mods AS (
+    SELECT * EXCLUDE (vs), unnest(vs) AS v, generate_subscripts(vs, 1) - 1 AS idx FROM compact
 ), mods AS (
-    SELECT rec, idx, deleted, uuid_head, head, p0, p1, p2, tail, idx::VARCHAR AS idx_text,
-        {", ".join(values)}
-    FROM unnested
+    SELECT {shared}, idx, {", ".join(seed)} FROM seed_mods
+    UNION ALL
+    SELECT {shared}, idx, {", ".join(compact)} FROM compact_mods
 ), hashed AS (
-    SELECT *, sha1(uuid_head || (idx_text || ']')::BLOB) AS h FROM mods
+    SELECT *, idx::VARCHAR AS idx_text,
+        sha1(uuid_head || (idx::VARCHAR || ']')::BLOB) AS h
+    FROM mods
 )
 SELECT rec, idx, deleted, {", ".join(f"c{i}" for i in range(len(table.columns)))},
     -- concat() in one call, not ||: each || makes a string (a line cost 1.2 µs more).

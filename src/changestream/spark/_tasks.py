@@ -519,7 +519,10 @@ def _write_and_stage(
     staging: _Staging,
 ) -> None:
     """Write ``events`` to segments and stage their replica rows."""
-    if isinstance(events, EventColumns | ArrowEventColumns):
+    if isinstance(events, ArrowEventColumns):
+        writer.write_lines(events.first, events.lines)
+        staging.add_columns(events)
+    elif isinstance(events, EventColumns):
         writer.write_encoded(events.first, events.encoded)
         staging.add_columns(events)
     elif events:
