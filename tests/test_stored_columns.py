@@ -7,11 +7,12 @@ the Python path builds it, through the pipeline task's own reading of a range.""
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 from collections.abc import Iterator
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-import duckdb
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -24,9 +25,11 @@ from changestream.datastream.stored_columns import (
     ArrowEventColumns,
     StoredColumns,
     accepts_table,
+    connect,
     stored_header,
 )
 from changestream.embedded.database import store_of
+from changestream.errors import InvalidArgument
 from changestream.spark import _tasks
 from changestream.spark.frontier import ReadRange
 from changestream.spark.replica import UUID_COLUMN, DeltaReplica
@@ -35,9 +38,20 @@ from changestream.streams.origins import TableOrigin, source_tag
 STREAM = "projects/p/locations/l/streams/s"
 DDL = (
     "CREATE TABLE T (Region STRING(MAX) NOT NULL, Id INT64 NOT NULL, Name STRING(MAX), "
-    "Qty INT64, Ok BOOL) PRIMARY KEY (Region, Id)"
+    "Qty INT64, Ok BOOL, Price NUMERIC, Day DATE, Moment TIMESTAMP, Blob BYTES(MAX)) "
+    "PRIMARY KEY (Region, Id)"
 )
-COLUMNS = ["Region", "Id", "Name", "Qty", "Ok"]
+COLUMNS = ["Region", "Id", "Name", "Qty", "Ok", "Price", "Day", "Moment", "Blob"]
+#: The values of a row's columns after its key, for rows the tests do not generate.
+FIXED = (
+    "x",
+    1,
+    True,
+    Decimal("-0.000000001"),
+    dt.date(1, 1, 1),
+    dt.datetime(1, 1, 1, tzinfo=dt.UTC),
+    b"\x00\xff",
+)
 ORIGINS = [None, TableOrigin("postgresql", "pg", "public", "t")]
 
 texts = st.text(st.characters(exclude_categories=("Cs",)), max_size=12)
@@ -47,6 +61,13 @@ rows = st.lists(
         st.one_of(st.none(), texts),
         st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1)),
         st.one_of(st.none(), st.booleans()),
+        st.one_of(
+            st.none(),
+            st.decimals(-(10**28), 10**28, allow_nan=False, allow_infinity=False, places=9),
+        ),
+        st.one_of(st.none(), st.dates()),
+        st.one_of(st.none(), st.datetimes(timezones=st.just(dt.UTC))),
+        st.one_of(st.none(), st.binary(max_size=8)),
     ),
     min_size=1,
     max_size=30,
@@ -70,9 +91,9 @@ def _write(db: Any, region: str, written: list[tuple[Any, ...]]) -> None:
     record holds mods of different columns (the seed's form, not the compact one) and no
     generated value (which may hold a control character). Then the rows inserted again
     under another region in one batch, which is stored compact."""
-    full = [[region, i, name, qty, ok] for i, name, qty, ok in written]
+    full = [[region, i, *values] for i, *values in written]
     with db.transaction(tag=source_tag("src", "tx-1", "0/16B3748")) as tx:
-        tx.insert_or_update("T", COLUMNS, [["fixed", 1, "x", 1, True], *full[::2]])
+        tx.insert_or_update("T", COLUMNS, [["fixed", 1, *FIXED], *full[::2]])
         tx.insert_or_update("T", ["Region", "Id", "Name"], [r[:3] for r in full[1::2]])
         tx.insert_or_update("T", ["Region", "Id", "Qty"], [["fixed", 2, 2]])
     with db.transaction() as tx:
@@ -81,7 +102,7 @@ def _write(db: Any, region: str, written: list[tuple[Any, ...]]) -> None:
         tx.update("T", ["Region", "Id", "Ok"], [["fixed", 1, False]])
         tx.update("T", ["Region", "Id", "Name"], [["fixed", 2, "y"]])
     with db.transaction() as tx:  # a batch of inserts: stored compact
-        tx.insert("T", COLUMNS, [[f"{region}+", i, name, qty, ok] for i, name, qty, ok in written])
+        tx.insert("T", COLUMNS, [[f"{region}+", *row[1:]] for row in full])
     with db.transaction() as tx:
         tx.delete("T", [[region, r[1]] for r in full[::2]])
 
@@ -116,9 +137,7 @@ def _assert_same(built: ArrowEventColumns, python: EventColumns, table: Any, roo
 
 @pytest.fixture(scope="module")
 def connection() -> Any:
-    con = duckdb.connect()
-    con.execute("SET threads = 1")
-    return con
+    return connect()
 
 
 @settings(
@@ -155,13 +174,13 @@ def test_what_duckdb_does_not_build_is_left_to_python(tmp_path: Path, connection
     compact batch of inserts is."""
     with _database(tmp_path / "db.sqlite") as db:
         with db.transaction() as tx:
-            tx.insert("T", COLUMNS, [["r", 1, "a", 1, True], ["r", 2, "b", 2, None]])
+            tx.insert("T", COLUMNS, [["r", 1, *FIXED], ["r", 2, *FIXED]])
         with db.transaction() as tx:
             tx.insert_or_update("T", ["Region", "Id", "Name"], [["r", 3, "tab\x01here"]])
-            tx.insert_or_update("T", COLUMNS, [["r", 4, "d", 4, False]])
+            tx.insert_or_update("T", COLUMNS, [["r", 4, *FIXED]])
         with db.transaction() as tx:
             tx.insert_or_update("T", ["Region", "Id", "Name"], [["r", 5, "e"]])
-            tx.insert_or_update("T", COLUMNS, [["r", 6, "f", 6, True]])
+            tx.insert_or_update("T", COLUMNS, [["r", 6, *FIXED]])
         db.execute_ddl(["ALTER TABLE T ADD COLUMN Extra INT64"])
         (table,) = db.tables()
         log, _ = _log(db)
@@ -177,6 +196,33 @@ def test_what_duckdb_does_not_build_is_left_to_python(tmp_path: Path, connection
     assert header is not None and header.compact
     assert not builder.accepts(compact[0], header)  # also from before the column was added
     assert not accepts_table(floats)
+
+
+@pytest.mark.parametrize(
+    ("column", "bad"), [("Day", '"2026-13-45"'), ("Moment", '"yesterday"'), ("Blob", '"A"')]
+)
+def test_a_value_duckdb_cannot_read_is_left_to_python(
+    tmp_path: Path, connection: Any, column: str, bad: str
+) -> None:
+    """A change log edited by hand: DuckDB builds none of the chunk, and the Python path
+    says what is wrong."""
+    with _database(tmp_path / "db.sqlite") as db:
+        with db.transaction() as tx:
+            tx.insert_or_update("T", COLUMNS, [["r", 1, *FIXED]])
+            tx.insert_or_update("T", ["Region", "Id", "Name"], [["r", 2, "b"]])
+        (table,) = db.tables()
+        ((ts, payload),) = _log(db)[0]
+    good = {"Day": '"0001-01-01"', "Moment": '"0001-01-01T00:00:00.000000Z"', "Blob": '"AP8="'}
+    edited = payload.replace(f'"{column}":{good[column]}'.encode(), f'"{column}":{bad}'.encode())
+    assert edited != payload
+    header = stored_header(edited)
+    assert header is not None
+    builder = StoredColumns(connection, STREAM, "db", table, 1)
+    assert builder.accepts(ts, header)
+    assert builder.build([(ts, header)]) is None
+    record = DataChangeRecord.from_payload(ts, edited)
+    with pytest.raises(InvalidArgument, match=f"column '{column}'"):
+        record_columns(STREAM, "db", table, [record], 1)
     assert builder.build([]) is None
 
 
@@ -191,15 +237,15 @@ def test_a_task_reads_a_range_alike_by_either_path(tmp_path: Path) -> None:
     DuckDB where it can, in Python where not, against the records read and built in Python
     (what a task reading a server does): the same lines and staged rows."""
     with _database(tmp_path / "db.sqlite") as db:
-        _write(db, "eu", [(i, f"n{i}", i, i % 2 == 0) for i in range(40)])
+        _write(db, "eu", [(i, f"n{i}", i, i % 2 == 0, *FIXED[3:]) for i in range(40)])
         with db.transaction() as tx:
-            tx.insert("T", COLUMNS, [["us", i, "x\x02", 1, None] for i in range(5)])
+            tx.insert("T", COLUMNS, [["us", i, "x\x02", *FIXED[1:]] for i in range(5)])
         db.execute_ddl(["ALTER TABLE T ADD COLUMN Extra INT64"])
         with db.transaction() as tx:
-            tx.insert("T", COLUMNS, [["jp", i, "ok", i, i % 3 == 0] for i in range(7)])
+            tx.insert("T", COLUMNS, [["jp", i, "ok", i, i % 3 == 0, *FIXED[3:]] for i in range(7)])
         with db.transaction() as tx:
             tx.delete("T", [["jp", i] for i in range(3)])
-        _write(db, "ap", [(i, "m", None, True) for i in range(10)])
+        _write(db, "ap", [(i, "m", None, True, None, None, None, None) for i in range(10)])
         (table,) = db.tables()
         log, token = _log(db)
         start = min(p.start_timestamp for p in db.partition_history("S"))
@@ -220,7 +266,7 @@ def test_a_task_reads_a_range_alike_by_either_path(tmp_path: Path) -> None:
             for c in _tasks._python_columns(plan, groups, read.end)
         ]  # fmt: skip
     assert {type(c) for c in stored} == {ArrowEventColumns, EventColumns}
-    builder = StoredColumns(duckdb.connect(), STREAM, "db", table, read.end)
+    builder = StoredColumns(connect(), STREAM, "db", table, read.end)
     headers = ((ts, stored_header(p)) for ts, p in log)
     built = {h.compact for ts, h in headers if h is not None and builder.accepts(ts, h)}
     assert built == {True, False}  # records of both forms are built by DuckDB

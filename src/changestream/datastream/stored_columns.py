@@ -11,7 +11,8 @@ rows for the replica, in a few vectorized passes.
 Only what comes out byte for byte as the Python path writes it is built here (see
 :meth:`StoredColumns.accepts`): records of the table as it is now with the shape it has,
 whole rows, columns of the types whose JSON DuckDB writes as ``orjson`` does (``BOOL``,
-``INT64`` as a JSON number, ``STRING`` without control characters). Anything else, or a
+``INT64`` and those stored as text: ``STRING`` without control characters, ``NUMERIC``,
+``DATE``, ``TIMESTAMP``, ``BYTES``). Anything else, or a
 chunk that fails a check (a mod lacking a column, a value of another type), is left to the
 Python path, which builds it or says what is wrong. ``tests/test_stored_columns.py`` checks
 both paths alike, line for line and row for row.
@@ -43,8 +44,18 @@ from changestream.datastream.events import (
 from changestream.ddl.schema import Table
 from changestream.streams.origins import TableOrigin
 
-#: Column types built here, and the DuckDB type their values are read as.
-_TYPES: Final = {"BOOL": "BOOLEAN", "INT64": "BIGINT", "STRING": "VARCHAR"}
+#: Column types built here: the DuckDB type a value ``v`` is read as from the change record's
+#: JSON, and the SQL of its event JSON and of its replica value. The types stored as text
+#: are that text in events (see ``changestream.codecs.record_to_event``).
+_TYPES: Final = {
+    "BOOL": ("BOOLEAN", "{v}::VARCHAR", "{v}"),
+    "INT64": ("BIGINT", "{v}::VARCHAR", "{v}"),
+    "STRING": ("VARCHAR", "to_json({v})::VARCHAR", "{v}"),
+    "NUMERIC": ("VARCHAR", "to_json({v})::VARCHAR", "{v}"),
+    "DATE": ("VARCHAR", "to_json({v})::VARCHAR", "CAST({v} AS DATE)"),
+    "TIMESTAMP": ("VARCHAR", "to_json({v})::VARCHAR", "CAST({v} AS TIMESTAMPTZ)"),
+    "BYTES": ("VARCHAR", "to_json({v})::VARCHAR", "from_base64({v})"),
+}
 #: How ``orjson`` writes a control character but \b, \t, \n, \f and \r.
 _ESCAPED_CONTROL: Final = b"\\u00"
 #: Column names that need no quoting in a JSON path or an SQL identifier.
@@ -104,6 +115,17 @@ class ArrowEventColumns:
 
     def __len__(self) -> int:
         return len(self.lines)
+
+
+def connect() -> Any:
+    """A DuckDB connection in memory for :class:`StoredColumns`: on one thread (a task has
+    one core), TIMESTAMP values in UTC."""
+    import duckdb
+
+    connection = duckdb.connect()
+    connection.execute("SET threads = 1")
+    connection.execute("SET TimeZone = 'UTC'")
+    return connection
 
 
 def accepts_table(table: Table) -> bool:
@@ -181,7 +203,8 @@ class StoredColumns:
 
     def build(self, records: Sequence[tuple[int, StoredHeader]]) -> ArrowEventColumns | None:
         """The events of ``records`` (each :meth:`accepts`), or None when a name holds a
-        template's stand-in (see :func:`~changestream.datastream.event_columns.template_of`)."""
+        template's stand-in (see :func:`~changestream.datastream.event_columns.template_of`)
+        or a value does not convert (a malformed DATE, TIMESTAMP or BYTES text)."""
         if not records:
             return None
         first: Event | None = None
@@ -244,9 +267,13 @@ class StoredColumns:
                 **{f"pos{i}": pa.array(column, pa.int32()) for i, column in enumerate(positions)},
             }
         )
+        import duckdb
+
         self._connection.register("stored_records", source)
         try:
             out = self._connection.sql(self._sql).to_arrow_table()
+        except duckdb.ConversionException:
+            return None  # a value DuckDB does not read: Python's path says what is wrong
         finally:
             self._connection.unregister("stored_records")
         recs, indexes = out["rec"].combine_chunks(), out["idx"].combine_chunks()
@@ -259,7 +286,7 @@ class StoredColumns:
         return ArrowEventColumns(
             first=first,
             lines=out["line"].combine_chunks().cast(pa.binary()),
-            values=[out[f"c{i}"].combine_chunks() for i in range(len(self._table.columns))],
+            values=[out[f"r{i}"].combine_chunks() for i in range(len(self._table.columns))],
             sort_key_columns=(
                 pa.array(timestamps, pa.int64()).take(recs),
                 pa.repeat(CDC_RANK, out.num_rows).cast(pa.int64()),
@@ -288,7 +315,7 @@ def _query(table: Table) -> str:
     (no ORDER BY: one thread keeps the order of its input, which ``build`` checks), the
     seed's form first."""
     keys = set(table.primary_key)
-    fields = {c.name: _TYPES[c.type.code] for c in table.columns}
+    fields = {c.name: _TYPES[c.type.code][0] for c in table.columns}
     key_fields = {name: kind for name, kind in fields.items() if name in keys}
     value_fields = {name: kind for name, kind in fields.items() if name not in keys}
     mod_type = orjson.dumps(
@@ -297,6 +324,7 @@ def _query(table: Table) -> str:
     seed: list[str] = []
     compact: list[str] = []
     payload: list[str] = []
+    replica: list[str] = []
     for i, column in enumerate(table.columns):
         name, kind = column.name, fields[column.name]
         if name in keys:
@@ -308,8 +336,9 @@ def _query(table: Table) -> str:
         compact.append(f"CAST(v[pos{i}] AS {kind}) AS c{i}")
         separator = "{" if i == 0 else ","
         payload.append(_sql_text(separator + orjson.dumps(name).decode() + ":"))
-        json_value = f"to_json(c{i})" if column.type.code == "STRING" else f"c{i}"
-        payload.append(f"coalesce({json_value}::VARCHAR, 'null')")
+        _, event_json, replica_value = _TYPES[column.type.code]
+        payload.append(f"coalesce({event_json.format(v=f'c{i}')}, 'null')")
+        replica.append(f"{replica_value.format(v=f'c{i}')} AS r{i}")
     shared = "rec, deleted, uuid_head, head, p0, p1, p2, tail"
     positions = ", ".join(f"pos{i}" for i in range(len(table.columns)))
     return f"""
@@ -332,7 +361,7 @@ WITH seed AS (
         sha1(uuid_head || (idx::VARCHAR || ']')::BLOB) AS h
     FROM mods
 )
-SELECT rec, idx, deleted, {", ".join(f"c{i}" for i in range(len(table.columns)))},
+SELECT rec, idx, deleted, {", ".join(replica)},
     -- concat() in one call, not ||: each || makes a string (a line cost 1.2 µs more).
     concat(
         substr(h, 1, 8), '-', substr(h, 9, 4), '-5', substr(h, 14, 3), '-',

@@ -48,6 +48,7 @@ from changestream.datastream.stored_columns import (
     StoredColumns,
     StoredHeader,
     accepts_table,
+    connect,
     stored_header,
 )
 from changestream.ddl.schema import Table
@@ -394,15 +395,9 @@ class _StoredRange:
             yield from _python_columns(self.plan, groups, self.read.end)
 
 
-@functools.cache
-def _duckdb_connection() -> Any:
-    """A DuckDB connection in memory, on one thread (a task has one core); one per Python
-    worker, which runs one task at a time (a connection took 25 ms to open)."""
-    import duckdb
-
-    connection = duckdb.connect()
-    connection.execute("SET threads = 1")
-    return connection
+#: One DuckDB connection per Python worker, which runs one task at a time (a connection took
+#: 25 ms to open).
+_duckdb_connection: Final = functools.cache(connect)
 
 
 @dataclass(frozen=True, slots=True)
