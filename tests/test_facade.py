@@ -35,9 +35,11 @@ def test_the_database_offers_no_engine_member_and_no_secret(
     with pytest.raises(AttributeError, match="not part of the database's interface"):
         db.secret  # noqa: B018
     # What users call, and no more: a new member belongs to a role (the last one added was
-    # ChangeStreamSource.change_sizes, which planners cut micro-batches by without reading
-    # every record through the read function).
-    assert len(public) <= 34, sorted(public)
+    # StoredPayloadSource.read_change_payloads, the change log's JSON as stored, which the
+    # pipeline's tasks build events from in DuckDB: the embedded database's role alone).
+    assert len(public) <= 35, sorted(public)
+    assert isinstance(db, roles.StoredPayloadSource)
+    assert not hasattr(RemoteDatabase, "read_change_payloads")
     assert store_of(db).secret  # the engine's own layers still reach it
 
 

@@ -4,18 +4,20 @@
 events in Python: a mod's row decoded, its uuid hashed, its JSON line joined, one mod at a
 time. Here the same is done over a chunk of records at once, from the JSON the change log
 stores them as: Python reads each record's header (not its mods) and cuts its event's JSON
-template (see :mod:`~changestream.datastream.event_columns`); DuckDB unnests the mods,
-checks them, writes each payload's JSON, hashes the uuids, joins the lines and casts the
-rows for the replica, in a few vectorized passes.
+template (see :mod:`~changestream.datastream.event_columns`); DuckDB unnests the mods (of
+either stored form: see :mod:`changestream.streams.mods`), writes each payload's JSON,
+hashes the uuids, joins the lines and casts the rows for the replica, in a few vectorized
+passes, about half the CPU a change of the Python path.
 
 Only what comes out byte for byte as the Python path writes it is built here (see
 :meth:`StoredColumns.accepts`): records of the table as it is now with the shape it has,
 whole rows, columns of the types whose JSON DuckDB writes as ``orjson`` does (``BOOL``,
 ``INT64`` and those stored as text: ``STRING`` without control characters, ``NUMERIC``,
-``DATE``, ``TIMESTAMP``, ``BYTES``). Anything else, or a
-chunk that fails a check (a mod lacking a column, a value of another type), is left to the
-Python path, which builds it or says what is wrong. ``tests/test_stored_columns.py`` checks
-both paths alike, line for line and row for row.
+``DATE``, ``TIMESTAMP``, ``BYTES``). Their mods are taken to hold what capture writes for
+such records (every column, of its type); a value DuckDB cannot convert (a change log
+edited by hand) leaves the chunk to the Python path, which says what is wrong. Anything
+else is built by the Python path too. ``tests/test_stored_columns.py`` checks both paths
+alike, line for line and row for row.
 """
 
 from __future__ import annotations

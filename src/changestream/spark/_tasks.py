@@ -324,8 +324,9 @@ _STORED_BYTES_PER_CHUNK: Final = 4 * 1024 * 1024
 class _StoredRange:
     """The event columns of one partition range read as the change log stores it, a chunk at
     a time: the records :class:`StoredColumns` accepts built by DuckDB, the others (and a
-    chunk DuckDB does not build) decoded and built in Python, each table's in commit
-    order."""
+    chunk DuckDB does not build) decoded and built in Python. Each path keeps a table's
+    events in commit order; in a chunk holding both, DuckDB's come first (readers order
+    events by ``sort_keys``, as Datastream's do)."""
 
     def __init__(
         self, plan: TaskPlan, db: StoredPayloadSource, change_stream: str, read: ReadRange

@@ -149,7 +149,6 @@ class ChangeStreamSource(Named, Protocol):
 
 
 @runtime_checkable
-@runtime_checkable
 class StoredPayloadSource(Protocol):
     """A database whose change log is at hand (the embedded one): one partition's data change
     records as it stores them, for readers that build from their JSON (see
@@ -164,6 +163,7 @@ class StoredPayloadSource(Protocol):
     ) -> Iterator[tuple[int, bytes]]: ...
 
 
+@runtime_checkable
 class SplitAdministration(Protocol):
     """Splits and merges by hand, and the split policy that makes them by load."""
 
