@@ -160,7 +160,7 @@ def test_duckdb_builds_the_events_the_python_path_builds(
     builder = StoredColumns(connection, STREAM, "db", table, 1_700_000_000_123_456, origin)
     headers = [(ts, stored_header(p)) for ts, p in log]
     accepted = [(ts, h) for ts, h in headers if h is not None and builder.accepts(ts, h)]
-    # Compact inserts and payloads with a control character have no header: Python's.
+    # A payload with a control character has no header: it is left to Python.
     plain = [(ts, p) for (ts, p), (_, h) in zip(log, headers, strict=True) if h is not None]
     assert len(accepted) == len(plain) > 0
     built = builder.build(accepted)
@@ -170,8 +170,8 @@ def test_duckdb_builds_the_events_the_python_path_builds(
 
 def test_what_duckdb_does_not_build_is_left_to_python(tmp_path: Path, connection: Any) -> None:
     """A payload with a control character has no header; records from before a column was
-    added are not accepted; a table with other column types is not built here at all. A
-    compact batch of inserts is."""
+    added are not accepted, in either stored form; a table with other column types is not
+    built here at all."""
     with _database(tmp_path / "db.sqlite") as db:
         with db.transaction() as tx:
             tx.insert("T", COLUMNS, [["r", 1, *FIXED], ["r", 2, *FIXED]])

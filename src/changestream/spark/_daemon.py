@@ -65,8 +65,9 @@ def preload() -> None:
     first took 1.0-1.1 s (the daemon imports once, in 0.6 s). What fails to import here is
     left to the task that needs it, which reports it."""
     with contextlib.suppress(Exception):
-        # JSON tasks build events in DuckDB: each worker importing it cost its first task
-        # 0.13 s (a connection is each worker's own: one made here would be forked).
+        # JSON tasks build events in DuckDB, whose import took 0.13-0.15 s in a fresh
+        # process: once here, not in each worker (a connection is each worker's own: one
+        # made here would be forked).
         import duckdb  # noqa: F401
         import pyarrow as pa
         import pyspark.worker  # noqa: F401  (pyspark.daemon imports it: frozen with the rest)
