@@ -27,7 +27,13 @@ from changestream.store.transaction import Transaction
 from changestream.streams import partitions
 from changestream.streams.capture import ChangeCapture
 from changestream.streams.interface import WatchSource
-from changestream.streams.models import Params, Partition, ResultSet, Timestamp
+from changestream.streams.models import (
+    DEFAULT_HEARTBEAT_MS,
+    Params,
+    Partition,
+    ResultSet,
+    Timestamp,
+)
 from changestream.streams.read import MIN_HEARTBEAT_MS, ChangeStreamReader, validate
 from changestream.streams.read_function_rows import read_function_rows
 from changestream.streams.records import ChangeRecord
@@ -260,7 +266,7 @@ class EmbeddedDatabase(WatchableDatabase):
         start_timestamp: Timestamp,
         end_timestamp: Timestamp | None = None,
         partition_token: str | None = None,
-        heartbeat_milliseconds: int = 10_000,
+        heartbeat_milliseconds: int = DEFAULT_HEARTBEAT_MS,
         read_options: object = None,
     ) -> Iterator[ChangeRecord]:
         """The read function: child partitions for the initial query (no token), or one
@@ -306,7 +312,8 @@ class EmbeddedDatabase(WatchableDatabase):
         """One partition's data change records in commit order, as the change log stores
         them: (commit timestamp, payload JSON), for readers that build from the JSON (see
         :mod:`changestream.datastream.stored_columns`)."""
-        query = (stream, start_timestamp, end_timestamp, partition_token, 10_000, None)
+        heartbeat = DEFAULT_HEARTBEAT_MS
+        query = (stream, start_timestamp, end_timestamp, partition_token, heartbeat, None)
         reader = ChangeStreamReader(self._store, validate(self._store, *query), _stored_payload)
         items = reported_items(reader, "reading a change stream")
         return (item for item in items if isinstance(item, tuple))

@@ -48,7 +48,13 @@ from changestream.store.models import (
     SystemDocument,
     check_consumer,
 )
-from changestream.streams.models import Params, Partition, ResultSet, Timestamp
+from changestream.streams.models import (
+    DEFAULT_HEARTBEAT_MS,
+    Params,
+    Partition,
+    ResultSet,
+    Timestamp,
+)
 from changestream.streams.positions import Position
 from changestream.streams.read_function_rows import read_function_rows
 from changestream.streams.records import (
@@ -272,7 +278,7 @@ class RemoteDatabase(WatchableDatabase):
         start_timestamp: Timestamp,
         end_timestamp: Timestamp | None = None,
         partition_token: str | None = None,
-        heartbeat_milliseconds: int = 10_000,
+        heartbeat_milliseconds: int = DEFAULT_HEARTBEAT_MS,
         read_options: object = None,
     ) -> Iterator[ChangeRecord]:
         """The read function, streamed from the server; resumes across broken connections."""

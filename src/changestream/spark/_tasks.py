@@ -380,7 +380,9 @@ class _StoredRange:
         stored: Mapping[str, list[tuple[int, StoredHeader, bytes]]],
         decoded: list[DataChangeRecord],
     ) -> Iterator[EventColumns | ArrowEventColumns]:
-        """The events of one chunk: ``stored`` records by table, ``decoded`` the others."""
+        """The events of one chunk: ``stored`` records by table, ``decoded`` the others
+        (in commit order, as read)."""
+        fell_back = False
         for name, records in stored.items():
             builder = self.builders[name]
             assert builder is not None
@@ -390,8 +392,10 @@ class _StoredRange:
             else:
                 token = self.read.token
                 decoded += (DataChangeRecord.from_payload(ts, p, token) for ts, _, p in records)
+                fell_back = True
         if decoded:
-            decoded.sort(key=lambda r: (r.commit_timestamp, r.record_sequence))
+            if fell_back:  # the records DuckDB did not build went after the others
+                decoded.sort(key=lambda r: (r.commit_timestamp, r.record_sequence))
             groups = _grouped(self.plan, decoded)
             yield from _python_columns(self.plan, groups, self.read.end)
 

@@ -19,7 +19,7 @@ from collections.abc import Container, Iterable, Iterator
 
 from changestream.clock import parse_ts
 from changestream.errors import FailedPrecondition
-from changestream.streams.models import Timestamp
+from changestream.streams.models import DEFAULT_HEARTBEAT_MS, Timestamp
 from changestream.streams.records import ChangeRecord
 from changestream.streams.roles import ChangeStreamSource
 
@@ -114,7 +114,7 @@ class PartitionWalk:
         stream: str,
         start: Timestamp,
         end: Timestamp | None = None,
-        heartbeat_milliseconds: int = 10_000,
+        heartbeat_milliseconds: int = DEFAULT_HEARTBEAT_MS,
     ) -> None:
         self._db = db
         self._stream = stream
@@ -201,7 +201,7 @@ def walk_partitions(
     stream: str,
     start: Timestamp,
     end: Timestamp | None = None,
-    heartbeat_milliseconds: int = 10_000,
+    heartbeat_milliseconds: int = DEFAULT_HEARTBEAT_MS,
 ) -> PartitionWalk:
     """The partitions of ``stream`` from ``start`` to ``end`` (live when None), parents
     first: see :class:`PartitionWalk`."""

@@ -24,7 +24,14 @@ from typing import Protocol, runtime_checkable
 from changestream.ddl.schema import ChangeStream, Table
 from changestream.store.keys import KeyRange
 from changestream.store.models import Action, Lease, SnapshotRead, SplitPolicy, SystemDocument
-from changestream.streams.models import Params, Partition, ResultSet, Timestamp, Value
+from changestream.streams.models import (
+    DEFAULT_HEARTBEAT_MS,
+    Params,
+    Partition,
+    ResultSet,
+    Timestamp,
+    Value,
+)
 from changestream.streams.records import ChangeRecord
 from changestream.streams.sizes import DEFAULT_SIZES, ChangeSize
 from changestream.streams.stored_changes import StoredRecord
@@ -125,7 +132,7 @@ class ChangeStreamSource(Named, Protocol):
         start_timestamp: Timestamp,
         end_timestamp: Timestamp | None = None,
         partition_token: str | None = None,
-        heartbeat_milliseconds: int = 10_000,
+        heartbeat_milliseconds: int = DEFAULT_HEARTBEAT_MS,
         read_options: object = None,
     ) -> Iterator[ChangeRecord]: ...
     def read_stored_changes(

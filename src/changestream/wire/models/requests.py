@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from changestream.streams.models import DEFAULT_HEARTBEAT_MS
 from changestream.streams.sizes import DEFAULT_SIZES
 from changestream.wire.models.base import Request
 
@@ -112,7 +113,7 @@ class ReadChangeStreamRequest(Request):
     start_timestamp: Any = None
     end_timestamp: Any = None
     partition_token: Any = None
-    heartbeat_milliseconds: Any = 10_000
+    heartbeat_milliseconds: Any = DEFAULT_HEARTBEAT_MS
     read_options: Any = None
     #: True: as the ``changestream-mods: stored`` header (see ``wire.api.MODS_HEADER``), which
     #: clients send instead: servers that predate both refuse this field but ignore the header.
