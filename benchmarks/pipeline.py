@@ -14,7 +14,13 @@ upserts of distinct random keys below ``--keys``, ``--rows-per-txn`` rows per tr
    busy. Where the time goes: each micro-batch's progress, which the pipeline keeps with its
    commit in the checkpoint (planning, offset log, the batch's work), and the wall time of
    Spark's stages inside the batch's work, from the run's Spark event log.
-3. Live: the JSON stream's pipeline runs while a writer process commits ``--rate`` changes/s
+3. Fixed cost: one more transaction (``--rows-per-txn`` changes) is committed and the JSON
+   stream's ``pipeline run --until-caught-up`` lands it, timed as the catch-ups are: what any
+   run costs whatever it lands (the interpreter, the JVM and its context, Spark's Python
+   workers, one micro-batch, the Delta commit, the exit). Beside it, the JSON catch-up's
+   changes/s with that cost taken out (null when the catch-up took no longer: at a tiny size,
+   and the machine's noise, it may not).
+4. Live: the JSON stream's pipeline runs while a writer process commits ``--rate`` changes/s
    for ``--seconds``; each change's lag is the end of the first micro-batch whose end offset
    covers its commit timestamp (from the checkpoint) minus that commit timestamp. Where that
    time goes: the medians, over the micro-batches that carried the writer's changes, of
@@ -462,6 +468,23 @@ def catch_up(
     }
 
 
+def fixed_cost(path: str, tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """Wall seconds of a JSON ``pipeline run --until-caught-up`` landing one transaction,
+    checked as the catch-ups are (every change since ``streams start`` has its event)."""
+    with changestream.open(path) as db:
+        upserts(db, args.rows_per_txn, args.rows_per_txn, args.keys)
+        end = store_of(db).last_commit_ts()
+    name = stream_name("json")
+    began = time.perf_counter()
+    process = run_pipeline(path, name, args, tmp / "eventlog-fixed-cost", until_caught_up=True)
+    finish(process, "fixed cost", timeout=600)
+    wall = time.perf_counter() - began
+    _, everything = read_changes(path, 0, end)
+    check_events(tmp / "events-json", name, everything)
+    check_replica(path, tmp, "json")
+    return {"changes": args.rows_per_txn, "wall_s": round(wall, 2)}
+
+
 def live(path: str, tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
     from changestream.datastream import StreamCatalog
 
@@ -602,10 +625,14 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         for fmt in FORMATS:
             log.info("catch-up into %s files + Delta: %d changes", fmt, len(changes))
             result[f"catch_up_{fmt}_delta"] = catch_up(path, tmp, args, fmt, changes)
+        log.info("fixed cost: one transaction into json files + Delta")
+        result["fixed_cost"] = fixed_cost(path, tmp, args)
         if not args.skip_live:
             log.info("live: %.0f changes/s for %.0fs", args.rate, args.seconds)
             result["live"] = live(path, tmp, args)
     json_rate = result["catch_up_json_delta"]["changes_per_s"]
+    fixed_s = result["fixed_cost"]["wall_s"]
+    beyond_s = result["catch_up_json_delta"]["wall_s"] - fixed_s
     figures = {
         "json_delta_changes_per_s": json_rate,
         "json_delta_over_raw_read": round(json_rate / raw, 3),
@@ -620,6 +647,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             "partitions": args.partitions,
             "load_changes_per_s": round(args.changes / load_s),
             "raw_read_changes_per_s": round(raw),
+            "fixed_cost_s": fixed_s,
+            "json_delta_beyond_fixed_cost_changes_per_s": (
+                round(args.changes / beyond_s) if beyond_s > 0 else None
+            ),
             **figures,
         }
     )
