@@ -20,7 +20,7 @@ from changestream.sql.params import Value as Value
 #: microseconds since the epoch.
 Timestamp: TypeAlias = str | dt.datetime | int
 
-#: The read function's heartbeat interval when a read names none (Spanner's example value).
+#: The read function's heartbeat interval when a read names none.
 DEFAULT_HEARTBEAT_MS = 10_000
 
 
