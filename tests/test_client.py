@@ -947,3 +947,39 @@ def test_a_group_without_a_start_starts_at_the_databases_clock(
         wait_for("the change after the start", lambda: log.values() == {1: [10]})
     finally:
         client.stop(10)
+
+
+def test_a_database_closed_under_a_worker_stops_it_with_one_error(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Closing the database while a worker of several partitions runs ends its run() with
+    DatabaseClosed, said once, not once a partition with a traceback each."""
+    db = changestream.open(str(tmp_path / "closed.db"))
+    db.set_split_policy(enabled=False)
+    db.execute_ddl("CREATE TABLE Acc (K INT64 NOT NULL, V INT64) PRIMARY KEY (K)")
+    for boundary in (100, 200, 300):
+        db.split_at("Acc", (boundary,))
+    created = db.execute_ddl(f"CREATE CHANGE STREAM {STREAM} FOR Acc")
+    for t in range(20):
+        write(db, [[k + t, t] for k in (0, 100, 200, 300)])
+    log = Log()
+    worker = client(db, created, "w1", lambda: Recorder(log, "w1"))
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            worker.run()
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=run)
+    with caplog.at_level(logging.WARNING, "changestream.client"):
+        thread.start()
+        wait_for("every change processed", lambda: log.count() == 80)
+        db.close()
+        thread.join(WAIT_S)
+    assert not thread.is_alive()
+    assert [type(e) for e in errors] == [changestream.DatabaseClosed]
+    assert [r.getMessage() for r in caplog.records if r.exc_info] == []
+    said = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert said == ["worker w1 stops: database " + repr(str(tmp_path / "closed.db")) + " is closed"]

@@ -32,7 +32,7 @@ from changestream.client._processor import (
     ShutdownReason,
 )
 from changestream.client.lease_table import checkpoint_of
-from changestream.errors import DatabaseBusy, FailedPrecondition
+from changestream.errors import DatabaseBusy, DatabaseClosed, FailedPrecondition
 from changestream.retry import retrying
 from changestream.streams.chunks import close_read, next_chunk
 from changestream.streams.positions import Position
@@ -150,6 +150,8 @@ class PartitionConsumer:
         lease without a new checkpoint."""
         try:
             self._run()
+        except DatabaseClosed as exc:
+            self._on_fatal(exc)  # the worker says it once, not each of its partitions
         except Exception as exc:
             log.exception("processing partition %s failed", self._held.token)
             self._on_fatal(exc)
@@ -275,7 +277,8 @@ class PartitionConsumer:
         """After a failed read: True to read again (the database was busy), False when the
         error stops the worker or the consumer was interrupted while waiting."""
         if not isinstance(error, DatabaseBusy):
-            log.error("reading partition %s failed: %s", self._held.token, error)
+            if not isinstance(error, DatabaseClosed):  # which the worker reports once
+                log.error("reading partition %s failed: %s", self._held.token, error)
             self._on_fatal(error)
             return False
         log.warning("reading partition %s: %s; retrying", self._held.token, error)
