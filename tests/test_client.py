@@ -141,6 +141,21 @@ def running(*clients: StreamClient) -> Iterator[None]:
             assert each.stop(timeout=WAIT_S), f"{each.worker_id} did not stop"
 
 
+def run_in_thread(worker: StreamClient) -> tuple[threading.Thread, list[BaseException]]:
+    """``worker.run()`` started on a thread of its own; what it raises goes in the list."""
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            worker.run()
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    return thread, errors
+
+
 def partition_rows(db: EmbeddedDatabase, consumer: str = "default") -> list[Lease]:
     rows = db.leases(STREAM, consumer).list_leases()
     return [r for r in rows if r.status_type == PARTITION_LEASE]
@@ -813,22 +828,13 @@ def test_a_dropped_stream_stops_the_worker_with_its_error(
     db, created = acc
     log = Log()
     worker = client(db, created, "w1", lambda: Recorder(log, "w1"))
-    errors: list[BaseException] = []
-
-    def work() -> None:
-        try:
-            worker.run()
-        except NotFound as exc:
-            errors.append(exc)
-
-    thread = threading.Thread(target=work)
-    thread.start()
+    thread, errors = run_in_thread(worker)
     wait_for("the lease", lambda: bool(worker.partitions))
     db.execute_ddl(f"DROP CHANGE STREAM {STREAM}")
     thread.join(WAIT_S)
     assert not thread.is_alive()
     # "was dropped" from a running read, "does not exist" from a read starting after it.
-    assert errors and worker.error is errors[0]
+    assert len(errors) == 1 and isinstance(errors[0], NotFound) and worker.error is errors[0]
     assert "was dropped" in str(errors[0]) or "does not exist" in str(errors[0])
 
 
@@ -964,17 +970,8 @@ def test_a_database_closed_under_a_worker_stops_it_with_one_error(
         write(db, [[k + t, t] for k in (0, 100, 200, 300)])
     log = Log()
     worker = client(db, created, "w1", lambda: Recorder(log, "w1"))
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            worker.run()
-        except BaseException as exc:
-            errors.append(exc)
-
-    thread = threading.Thread(target=run)
     with caplog.at_level(logging.WARNING, "changestream.client"):
-        thread.start()
+        thread, errors = run_in_thread(worker)
         wait_for("every change processed", lambda: log.count() == 80)
         db.close()
         thread.join(WAIT_S)
