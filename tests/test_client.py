@@ -142,7 +142,8 @@ def running(*clients: StreamClient) -> Iterator[None]:
 
 
 def run_in_thread(worker: StreamClient) -> tuple[threading.Thread, list[BaseException]]:
-    """``worker.run()`` started on a thread of its own; what it raises goes in the list."""
+    """``worker.run()`` started on a thread of its own; what it raises goes in the list. The
+    thread is a daemon: a test that fails while it runs does not keep pytest from exiting."""
     errors: list[BaseException] = []
 
     def work() -> None:
@@ -151,7 +152,7 @@ def run_in_thread(worker: StreamClient) -> tuple[threading.Thread, list[BaseExce
         except BaseException as exc:
             errors.append(exc)
 
-    thread = threading.Thread(target=work)
+    thread = threading.Thread(target=work, daemon=True)
     thread.start()
     return thread, errors
 
@@ -972,8 +973,10 @@ def test_a_database_closed_under_a_worker_stops_it_with_one_error(
     worker = client(db, created, "w1", lambda: Recorder(log, "w1"))
     with caplog.at_level(logging.WARNING, "changestream.client"):
         thread, errors = run_in_thread(worker)
-        wait_for("every change processed", lambda: log.count() == 80)
-        db.close()
+        try:
+            wait_for("every change processed", lambda: log.count() == 80)
+        finally:
+            db.close()
         thread.join(WAIT_S)
     assert not thread.is_alive()
     assert [type(e) for e in errors] == [changestream.DatabaseClosed]
