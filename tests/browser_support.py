@@ -62,9 +62,15 @@ def chromium() -> Iterator[Any]:
         driver.quit()
 
 
-def wait_for(what: str, probe: Callable[[], T | None], timeout: float = WAIT_S) -> T:
-    """The first truthy result of ``probe``; fails naming ``what`` after ``timeout`` seconds.
-    Errors of a page being redrawn (a stale element) count as not yet."""
+def wait_for(
+    what: str,
+    probe: Callable[[], T | None],
+    timeout: float = WAIT_S,
+    showing: Callable[[], str] | None = None,
+) -> T:
+    """The first truthy result of ``probe``; fails naming ``what`` after ``timeout`` seconds,
+    and what ``showing`` says the page shows instead. Errors of a page being redrawn (a stale
+    element) count as not yet."""
     from selenium.common.exceptions import (
         NoSuchElementException,
         StaleElementReferenceException,
@@ -80,7 +86,10 @@ def wait_for(what: str, probe: Callable[[], T | None], timeout: float = WAIT_S) 
         if found:
             return found
         time.sleep(0.1)
-    raise AssertionError(f"the console did not show {what} within {timeout} s (last: {last!r})")
+    instead = "" if showing is None else f"; it shows {showing()!r}"
+    raise AssertionError(
+        f"the console did not show {what} within {timeout} s{instead} (last: {last!r})"
+    )
 
 
 def screenshot(driver: Any, directory: Path, name: str) -> Path:

@@ -378,7 +378,10 @@ def test_the_tail_shows_records_as_they_arrive_newest_first_with_filters(
         lambda: browser.find_elements(By.CSS_SELECTOR, '#tail tr[data-table="Customers"]'),
     )
 
+    # Each change of a filter replaces the tail; the first one's "following" must not stand
+    # for the second's, or the changes below could be committed before the second one began.
     Select(browser.find_element(By.ID, "tail-table")).select_by_value("Orders")
+    wait_for("the tail of Orders following", lambda: "following; 0" in count.text)
     Select(browser.find_element(By.ID, "tail-mod")).select_by_value("UPDATE")
     wait_for("the filtered tail following", lambda: "following; 0" in count.text)
     for key in (2000, 2001):
@@ -393,7 +396,7 @@ def test_the_tail_shows_records_as_they_arrive_newest_first_with_filters(
         found = browser.find_elements(By.CSS_SELECTOR, "#tail tbody tr")
         return found if len(found) >= 2 else []
 
-    shown = wait_for("both updates", rows)
+    shown = wait_for("both updates", rows, showing=lambda: count.text)
     assert [r.get_attribute("data-table") for r in shown] == ["Orders", "Orders"]
     assert [r.get_attribute("data-mod") for r in shown] == ["UPDATE", "UPDATE"]
     assert '{"Id":2001}' in shown[0].text and '{"Id":2000}' in shown[1].text  # newest first

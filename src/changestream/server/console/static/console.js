@@ -584,8 +584,12 @@ async function showTail(body, database, chosen) {
     rows.replaceChildren();
     received = 0;
     toggle.textContent = "Pause";
+    counter.textContent = "connecting";
     try {
       const response = await api(streamPath(database, stream) + "/tail?" + params, { stream: true, signal: mine.signal });
+      // A tail replaced (filters changed) while its request was on the way says nothing: only
+      // the newest one's "following" means the server follows with these filters.
+      if (mine !== controller) return;
       counter.textContent = "following; " + received + " records shown so far";
       const reader = response.body.getReader();
       const decoder = new TextDecoder();
@@ -618,7 +622,7 @@ async function showTail(body, database, chosen) {
       }
       counter.textContent = "the stream ended; " + received + " records";
     } catch (error) {
-      if (error.name === "AbortError") return;
+      if (error.name === "AbortError" || mine !== controller) return;
       counter.textContent = "stopped: " + error.message;
       say(error.message, true);
     }
