@@ -404,6 +404,40 @@ def test_the_tail_shows_records_as_they_arrive_newest_first_with_filters(
     assert script_errors(browser) == []
 
 
+def test_a_view_left_while_it_was_being_set_up_leaves_nothing_running(
+    browser: Any, site: Site
+) -> None:
+    """The tail is left for the overview before its first fetches answered: it must not open
+    its stream afterwards (the overview would keep it open, unseen)."""
+    import httpx
+    from selenium.webdriver.common.by import By
+
+    with serving({"shop": site.db}, NoAuth()) as running:
+        browser.get(running.url + "/console")
+        browser.execute_script("sessionStorage.clear()")
+        browser.get(running.url + "/console#/db/shop/overview")
+        wait_for("the overview", lambda: browser.find_elements(By.ID, "write-rate"))
+        # Both route changes are queued before either view's first fetch can answer.
+        browser.execute_script(
+            f"location.hash = '#/db/shop/tail/{STREAM}';"
+            "setTimeout(() => { location.hash = '#/db/shop/overview'; }, 0);"
+        )
+        wait_for("the overview again", lambda: browser.find_elements(By.ID, "write-rate"))
+
+        def open_streams() -> str:
+            text = httpx.get(running.url + "/metrics", timeout=5).text
+            return "".join(ln for ln in text.splitlines() if "changestream_open_streams{" in ln)
+
+        # The left tail's fetches (its stream picker, its tables, then the tail) take a few
+        # round trips; it would have opened its stream well within this.
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline:
+            assert open_streams() == "", "the left tail view opened its stream"
+            time.sleep(0.05)
+        assert "Overview" in browser.find_element(By.CSS_SELECTOR, "[aria-current=page]").text
+        assert script_errors(browser) == []
+
+
 def test_insecure_no_auth_shows_the_console_without_a_token(browser: Any, site: Site) -> None:
     from selenium.webdriver.common.by import By
 

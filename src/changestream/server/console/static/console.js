@@ -136,8 +136,10 @@ async function errorText(response) {
   }
 }
 
-// Poll ``work`` every ``ms`` while the view is shown; errors go to the status line.
-function every(ms, work) {
+// Poll ``work`` every ``ms`` while the view of ``body`` is shown; errors go to the status
+// line. A view left while it was still fetching what it shows starts no polling.
+function every(body, ms, work) {
+  if (!body.isConnected) return;
   let running = false;
   const tick = async () => {
     if (running) return;
@@ -313,7 +315,7 @@ async function showOverview(body, database) {
       h("td", { class: "num" }, (cs.retention_seconds / 3600).toFixed(1) + " h"),
       h("td", null, ["insert", "update", "delete"].filter((k) => cs["exclude_" + k]).join(", ") || "-")))));
 
-  every(2000, async () => {
+  every(body, 2000, async () => {
     const [ready, activity] = await Promise.all([
       fetch("/readyz", { cache: "no-store", credentials: "omit" }).then((r) => r.json()),
       api(db(database) + "/overview"),
@@ -456,7 +458,7 @@ async function showLineage(body, database, chosen) {
     say("Lineage updated " + new Date().toLocaleTimeString());
   };
   for (const input of [from, to, follow]) input.addEventListener("change", () => draw().catch(failed));
-  every(1000, draw);
+  every(body, 1000, draw);
 }
 
 // -- consumers ---------------------------------------------------------------------------------
@@ -466,7 +468,7 @@ async function showConsumers(body, database, chosen) {
   if (!stream) return;
   const groups = h("div", { id: "consumer-groups" });
   body.append(groups);
-  every(1000, async () => {
+  every(body, 1000, async () => {
     const found = await api(streamPath(database, stream) + "/consumer_status");
     if (found.consumers.length === 0) {
       groups.replaceChildren(h("p", null, "No Stream Client consumer group keeps leases on this change stream."));
@@ -512,7 +514,7 @@ async function showStreams(body, database) {
       say(verb + " " + name + ": " + error.message, true);
     }
   };
-  every(2000, async () => {
+  every(body, 2000, async () => {
     const found = await api(db(database) + "/streams");
     if (found.streams.length === 0) {
       list.replaceChildren(h("p", null, "No stream is defined (changestream streams create)."));
@@ -573,6 +575,8 @@ async function showTail(body, database, chosen) {
   let received = 0;
 
   const open = async () => {
+    // A tail left while it was being set up opens no stream the next view would keep open.
+    if (!body.isConnected) return;
     if (controller) controller.abort();
     controller = new AbortController();
     view.aborts.push(controller);
