@@ -180,6 +180,42 @@ def test_the_lineage_shows_children_with_their_parents_without_a_reload(
     assert script_errors(browser) == []
 
 
+def test_a_window_chosen_with_the_sliders_stays_while_the_lineage_polls(
+    browser: Any, site: Site
+) -> None:
+    import datetime as dt
+
+    from selenium.webdriver.common.by import By
+
+    sign_in(browser, site, "read", f"#/db/shop/lineage/{STREAM}")
+    text = wait_for("the window", lambda: browser.find_element(By.ID, "window-text").text)
+    chosen_at = dt.datetime.now(dt.UTC)
+
+    def window_end() -> dt.datetime:
+        shown = browser.find_element(By.ID, "window-text").text
+        return dt.datetime.fromisoformat(shown.split(" → ")[1])
+
+    assert window_end() > chosen_at - dt.timedelta(seconds=30), text  # it follows now
+    # The window's end at a thousandth of the stream's life: before this test began.
+    browser.execute_script(
+        """
+        const follow = document.getElementById("follow");
+        follow.checked = false;
+        follow.dispatchEvent(new Event("change"));
+        const to = document.getElementById("window-to");
+        to.value = "1";
+        to.dispatchEvent(new Event("change"));
+        """
+    )
+    wait_for("the chosen window", lambda: window_end() < chosen_at)
+    # The view polls every second: none of its answers may draw another window over it.
+    deadline = time.monotonic() + 2.5
+    while time.monotonic() < deadline:
+        assert window_end() < chosen_at
+        time.sleep(0.1)
+    assert script_errors(browser) == []
+
+
 def _rect(driver: Any, token: str) -> Any:
     from selenium.webdriver.common.by import By
 

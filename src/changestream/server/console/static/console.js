@@ -375,7 +375,11 @@ async function showLineage(body, database, chosen) {
       h("dt", null, "children"), h("dd", { class: "mono" }, p.child_tokens.map(short).join(" ") || "none")));
   };
 
+  let drawn = 0;
   const draw = async () => {
+    // A slider moved while the last poll's answer was on its way: only the newest request's
+    // answer is drawn, not an older window over it.
+    const mine = ++drawn;
     const created = picture.dataset.created ? Number(picture.dataset.created) : null;
     const params = new URLSearchParams();
     if (created !== null) {
@@ -385,6 +389,7 @@ async function showLineage(body, database, chosen) {
       if (!follow.checked) params.set("end", String(at(to)));
     }
     const found = await api(streamPath(database, stream) + "/lineage?" + params);
+    if (mine !== drawn) return;
     picture.dataset.created = String(tsMs(found.created));
     const start = tsMs(found.start);
     const end = tsMs(found.end);
