@@ -86,7 +86,12 @@ def wait_for(
         if found:
             return found
         time.sleep(0.1)
-    instead = "" if showing is None else f"; it shows {showing()!r}"
+    instead = ""
+    if showing is not None:
+        try:
+            instead = f"; it shows {showing()!r}"
+        except Exception as exc:  # the page was redrawn meanwhile: say that instead
+            instead = f"; what it shows could not be read ({exc!r})"
     raise AssertionError(
         f"the console did not show {what} within {timeout} s{instead} (last: {last!r})"
     )
