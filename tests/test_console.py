@@ -333,11 +333,26 @@ def test_a_stream_paused_from_the_console_is_paused_in_streams_describe(
     )
     text = browser.find_element(By.CSS_SELECTOR, card).text
     assert "Starting" in text and "a test error <b>not bold</b>" in text  # shown as text, not HTML
-    pause.click()
+    # A double click: the second must not send a pause the new state refuses.
+    browser.execute_script("arguments[0].click(); arguments[0].click();", pause)
     wait_for(
         "the stream Paused",
         lambda: browser.find_elements(By.CSS_SELECTOR, f'{card} .state[data-state="Paused"]'),
     )
+    # The cards are redrawn by every poll: read them whole, in one script call.
+    read_outcome = """
+        const outcome = document.querySelector(arguments[0] + " .outcome");
+        return outcome && [outcome.textContent, outcome.className,
+                           document.getElementById("status").className];
+    """
+    text, kind, status = wait_for(
+        "the action's outcome on the card",
+        lambda: browser.execute_script(read_outcome, card),
+    )
+    assert text.startswith("Last action here: pause: now Paused"), text
+    assert kind == "outcome" and "error" not in status, (kind, status)
+    time.sleep(2.5)  # a poll later, the outcome is still shown and nothing failed
+    assert browser.execute_script(read_outcome, card) == [text, "outcome", status]
     described = subprocess.run(
         [
             sys.executable,

@@ -511,15 +511,24 @@ async function showStreams(body, database) {
   if (note) body.append(note);
   body.append(list);
   const seen = new Map();
-  const act = async (name, verb) => {
+  // What each stream's last action from this page did: shown on its card until the next one
+  // (the status line is the polls').
+  const outcomes = new Map();
+  let shown = 0;
+  const act = async (name, verb, button) => {
+    // A stream's buttons wait for its action's answer: a second click, sent before the new
+    // state is shown, would be refused.
+    for (const other of button.parentElement.querySelectorAll("button")) other.disabled = true;
     try {
       const moved = await api(streamPath(database, name) + "/state", { method: "PUT", body: { verb } });
-      say(name + " is " + moved.state);
+      outcomes.set(name, { text: verb + ": now " + moved.state + " (" + new Date().toLocaleTimeString() + ")", error: false });
     } catch (error) {
-      say(verb + " " + name + ": " + error.message, true);
+      outcomes.set(name, { text: verb + " failed: " + error.message, error: true });
     }
+    await refresh().catch(failed);
   };
-  every(body, 2000, async () => {
+  const refresh = async () => {
+    const mine = ++shown;
     const found = await api(db(database) + "/streams");
     if (found.streams.length === 0) {
       list.replaceChildren(h("p", null, "No stream is defined (changestream streams create)."));
@@ -539,7 +548,9 @@ async function showStreams(body, database) {
           " since " + described.state_changed_at + " · change stream ", h("span", { class: "mono" }, definition.change_stream),
           " → ", h("span", { class: "mono" }, definition.destination), " (" + definition.format + ")"),
         isAdmin() ? h("div", { class: "actions" }, Object.entries(VERBS).map(([verb, states]) =>
-          h("button", { type: "button", "data-verb": verb, disabled: !states.includes(described.state), onclick: () => act(summary.name, verb) }, verb))) : null,
+          h("button", { type: "button", "data-verb": verb, disabled: !states.includes(described.state), onclick: (event) => act(summary.name, verb, event.currentTarget) }, verb))) : null,
+        outcomes.has(summary.name) ? h("p", { class: outcomes.get(summary.name).error ? "outcome error" : "outcome" },
+          "Last action here: " + outcomes.get(summary.name).text) : null,
         h("div", { class: "figures" },
           h("div", { class: "figure" }, "events/s", h("b", null, perSecond === null ? "-" : rate(perSecond))),
           h("div", { class: "figure" }, "rows processed", h("b", null, described.rows_processed.toLocaleString("en"))),
@@ -552,9 +563,11 @@ async function showStreams(body, database) {
         errors.errors.length === 0 ? h("p", { class: "muted" }, "none") :
           h("ul", { class: "errors" }, errors.errors.slice().reverse().map((e) => h("li", null, e.time + " ", e.object ? h("span", { class: "mono" }, e.object + ": ") : null, e.message, e.retriable ? " (retried)" : " (not retried)"))));
     }));
+    if (mine !== shown) return;  // a newer refresh (after an action) answered first
     list.replaceChildren(...cards);
     say("Streams updated " + new Date().toLocaleTimeString());
-  });
+  };
+  every(body, 2000, refresh);
 }
 
 // -- tail --------------------------------------------------------------------------------------
