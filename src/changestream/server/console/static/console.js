@@ -519,6 +519,7 @@ async function showStreams(body, database) {
     // A stream's buttons wait for its action's answer: a second click, sent before the new
     // state is shown, would be refused.
     for (const other of button.parentElement.querySelectorAll("button")) other.disabled = true;
+    shown += 1;  // and a poll already on its way draws nothing: its cards predate the action
     try {
       const moved = await api(streamPath(database, name) + "/state", { method: "PUT", body: { verb } });
       outcomes.set(name, { text: verb + ": now " + moved.state + " (" + new Date().toLocaleTimeString() + ")", error: false });
@@ -530,6 +531,7 @@ async function showStreams(body, database) {
   const refresh = async () => {
     const mine = ++shown;
     const found = await api(db(database) + "/streams");
+    if (mine !== shown) return;
     if (found.streams.length === 0) {
       list.replaceChildren(h("p", null, "No stream is defined (changestream streams create)."));
       return;
@@ -563,7 +565,7 @@ async function showStreams(body, database) {
         errors.errors.length === 0 ? h("p", { class: "muted" }, "none") :
           h("ul", { class: "errors" }, errors.errors.slice().reverse().map((e) => h("li", null, e.time + " ", e.object ? h("span", { class: "mono" }, e.object + ": ") : null, e.message, e.retriable ? " (retried)" : " (not retried)"))));
     }));
-    if (mine !== shown) return;  // a newer refresh (after an action) answered first
+    if (mine !== shown) return;  // an action or a newer refresh came meanwhile
     list.replaceChildren(...cards);
     say("Streams updated " + new Date().toLocaleTimeString());
   };
