@@ -432,18 +432,28 @@ def finish(process: subprocess.Popen[bytes], what: str, timeout: float) -> None:
         raise fail(f"{what}: exit {process.returncode}: {stderr.decode()[-1500:]}")
 
 
+def run_until_caught_up(
+    path: str, name: str, args: argparse.Namespace, eventlog: Path, what: str, timeout: float
+) -> tuple[float, float, ProcessSampler]:
+    """Wall seconds of ``pipeline run NAME --until-caught-up``, the epoch ms it began at, and
+    its processes' sampled CPU and memory."""
+    began, began_epoch_ms = time.perf_counter(), time.time() * 1000
+    process = run_pipeline(path, name, args, eventlog, until_caught_up=True)
+    sampled = ProcessSampler(process.pid)
+    try:
+        finish(process, what, timeout=timeout)
+    finally:
+        sampled.stop()
+    return time.perf_counter() - began, began_epoch_ms, sampled
+
+
 def catch_up(
     path: str, tmp: Path, args: argparse.Namespace, fmt: str, changes: Sequence[Change]
 ) -> dict[str, Any]:
     eventlog = tmp / f"eventlog-catch-up-{fmt}"
-    began, began_epoch_ms = time.perf_counter(), time.time() * 1000
-    process = run_pipeline(path, stream_name(fmt), args, eventlog, until_caught_up=True)
-    sampled = ProcessSampler(process.pid)
-    try:
-        finish(process, f"catch-up {fmt}", timeout=3600)
-    finally:
-        sampled.stop()
-    wall = time.perf_counter() - began
+    wall, began_epoch_ms, sampled = run_until_caught_up(
+        path, stream_name(fmt), args, eventlog, f"catch-up {fmt}", timeout=3600
+    )
     events = check_events(tmp / f"events-{fmt}", stream_name(fmt), changes)
     rows = check_replica(path, tmp, fmt)
     metrics = spark_metrics(eventlog, tmp / f"events-{fmt}")
@@ -475,10 +485,8 @@ def fixed_cost(path: str, tmp: Path, args: argparse.Namespace) -> dict[str, Any]
         upserts(db, args.rows_per_txn, args.rows_per_txn, args.keys)
         end = store_of(db).last_commit_ts()
     name = stream_name("json")
-    began = time.perf_counter()
-    process = run_pipeline(path, name, args, tmp / "eventlog-fixed-cost", until_caught_up=True)
-    finish(process, "fixed cost", timeout=600)
-    wall = time.perf_counter() - began
+    eventlog = tmp / "eventlog-fixed-cost"
+    wall, _, _ = run_until_caught_up(path, name, args, eventlog, "fixed cost", timeout=600)
     _, everything = read_changes(path, 0, end)
     check_events(tmp / "events-json", name, everything)
     check_replica(path, tmp, "json")
