@@ -4,6 +4,7 @@ it early."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from itertools import islice
 from typing import TypeVar
 
 from changestream.streams.records import HeartbeatRecord
@@ -15,9 +16,10 @@ def next_chunk(records: Iterator[_R], limit: int) -> list[_R]:
     """Up to ``limit`` records, ending early after a heartbeat: a read only sends one when it
     has waited for commits, so the records up to it are all there is for now."""
     chunk: list[_R] = []
-    for record in records:
-        chunk.append(record)
-        if len(chunk) >= limit or isinstance(record, HeartbeatRecord):
+    append = chunk.append
+    for record in islice(records, limit):
+        append(record)
+        if isinstance(record, HeartbeatRecord):
             break
     return chunk
 
