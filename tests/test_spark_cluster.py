@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -104,10 +105,16 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             _wait_for(work / f"worker{n}.log", "Successfully registered with master", worker)
         yield url
     finally:
+        # SIGTERM: Spark's shutdown hooks remove the daemons' temporary directories.
         for process in processes:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, 9)
-            process.wait(30)
+                os.killpg(process.pid, signal.SIGTERM)
+        for process in processes:
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(30)
 
 
 def test_pipeline_on_a_standalone_cluster_reading_a_served_source(

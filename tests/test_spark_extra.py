@@ -528,12 +528,12 @@ def test_a_local_sessions_workers_talk_to_the_jvm_over_unix_sockets_in_a_private
     spark: Any,
 ) -> None:
     """Local workers use Unix domain sockets (over TCP each task waited out a delayed ACK),
-    whose files go to a directory of this process's, not loose in the temp directory."""
+    whose files go to this process's scratch directory, not loose in the temp directory."""
     modes = spark.sparkContext.parallelize(range(2), 2).mapPartitions(_worker_socket_mode)
     assert [mode.lower() for mode in modes.collect()] == ["true", "true"]
     conf = spark.sparkContext.getConf()
     directory = Path(conf.get("spark.python.unix.domain.socket.dir"))
-    assert directory.name.startswith("changestream-sockets-")
+    assert directory.parent.name.startswith("changestream-spark-")
     assert directory.is_dir()
     assert any(path.is_socket() for path in directory.iterdir())
 

@@ -280,8 +280,16 @@ def test_pipeline_killed_with_sigkill_mid_batch_restarts_with_every_event_once(
         write_items(db, seed=21, transactions=30)
     command = _pipeline_command(path, "--trigger-seconds", "0.5", "--max-records-per-trigger", "20")
     writer = Writer(path, seed=22, transactions=10_000, pause=0.01)
+    # The runs' temporary files, to see what the killed one leaves and who removes it.
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    env = {**os.environ, "TMPDIR": str(temp)}
     process = subprocess.Popen(
-        command, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        command,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
     )
     try:
         deadline = time.monotonic() + 120
@@ -297,12 +305,17 @@ def test_pipeline_killed_with_sigkill_mid_batch_restarts_with_every_event_once(
         os.killpg(process.pid, signal.SIGKILL)
         process.wait()
     assert process.returncode == -signal.SIGKILL
+    # Spark's directories of the killed run, all in its scratch directory.
+    (left,) = temp.iterdir()
+    assert left.name.startswith("changestream-spark-") and any(left.glob("local/blockmgr-*"))
     writer.finish(stop=True)
     end = now_us()
     finished = subprocess.run(
-        [*command[:-4], "--until-caught-up"], capture_output=True, text=True, timeout=300
+        [*command[:-4], "--until-caught-up"], capture_output=True, text=True, timeout=300, env=env
     )
     assert finished.returncode == 0, finished.stderr[-2000:]
+    # The restart removed what the killed run left, and its own at its exit.
+    assert list(temp.iterdir()) == []
     # Spark's own log lines go to the stream's spark.log, not into the progress line.
     assert " WARN " not in finished.stdout + finished.stderr, finished.stderr[-2000:]
     (spark_log,) = (tmp_path / "events" / "_changestream").glob("s1-*/spark.log")

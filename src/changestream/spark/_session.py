@@ -2,24 +2,22 @@
 
 from __future__ import annotations
 
-import atexit
-import functools
 import importlib
 import logging
 import os
-import shutil
 import sys
-import tempfile
 import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Final
 
+import pyspark
 from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
 from changestream.spark.jvm_archive import driver_java_options
+from changestream.spark.scratch import scratch_dir
 
 log = logging.getLogger(__name__)
 
@@ -125,30 +123,58 @@ def context_conf(master: str, app_name: str) -> SparkConf:
         # executors would need this driver's directory.
         conf.set("spark.python.unix.domain.socket.enabled", "true")
         conf.set("spark.python.unix.domain.socket.dir", sockets)
+    # Spark's local directories and the JVM's temporary files in this process's scratch
+    # directory, which the next driver removes if this one is killed (see ``scratch``).
+    if not _user_sets("spark.local.dir") and "SPARK_LOCAL_DIRS" not in os.environ:
+        conf.set("spark.local.dir", str(_scratch("local")))
     if not _driver_java_options_given():
-        options = [*DRIVER_JAVA_OPTIONS, driver_java_options()]
+        options = [*DRIVER_JAVA_OPTIONS, driver_java_options(), _jvm_temp_option()]
         conf.set("spark.driver.extraJavaOptions", " ".join(o for o in options if o))
     return conf
+
+
+def _scratch(name: str) -> Path:
+    path = scratch_dir() / name
+    path.mkdir(exist_ok=True)
+    return path
+
+
+def _jvm_temp_option() -> str | None:
+    """The driver JVM's temporary directory in the scratch directory, unless its path would
+    need quoting among the options."""
+    path = str(_scratch("jvm"))
+    return None if any(c.isspace() or c in "'\"\\" for c in path) else f"-Djava.io.tmpdir={path}"
+
+
+def _user_sets(key: str) -> bool:
+    """Whether the user sets Spark property ``key`` through ``PYSPARK_SUBMIT_ARGS`` or the
+    ``spark-defaults.conf`` that ``spark-submit`` reads (theirs wins: ours is left out)."""
+    if key in os.environ.get("PYSPARK_SUBMIT_ARGS", ""):
+        return True
+    home = os.environ.get("SPARK_HOME") or str(Path(pyspark.__file__).parent)
+    folder = os.environ.get("SPARK_CONF_DIR") or os.path.join(home, "conf")
+    try:
+        lines = Path(folder, "spark-defaults.conf").read_text().splitlines()
+    except OSError:
+        return False
+    return any(line.split()[:1] == [key] for line in lines)
 
 
 #: A socket's path must fit in 107 bytes; Spark names each ``.<uuid>.sock`` in the directory.
 _LONGEST_SOCKET_DIR: Final = 64
 
 
-@functools.cache
 def _socket_dir() -> str:
-    """A private directory for the sessions' socket files, removed when this process exits
+    """The directory of the sessions' socket files, in this process's scratch directory
     (Spark leaves its sockets behind: PySpark kills the JVM and the workers)."""
-    path = tempfile.mkdtemp(prefix="changestream-sockets-")
-    atexit.register(shutil.rmtree, path, True)
-    return path
+    return str(_scratch("sockets"))
 
 
 def _driver_java_options_given() -> bool:
-    """Whether the user passes the driver JVM options through ``PYSPARK_SUBMIT_ARGS``
-    (theirs win: ours are left out rather than theirs replaced)."""
+    """Whether the user passes the driver JVM options, through ``PYSPARK_SUBMIT_ARGS`` or a
+    ``spark-defaults.conf`` (theirs win: ours are left out rather than theirs replaced)."""
     args = os.environ.get("PYSPARK_SUBMIT_ARGS", "")
-    return "--driver-java-options" in args or "spark.driver.extraJavaOptions" in args
+    return "--driver-java-options" in args or _user_sets("spark.driver.extraJavaOptions")
 
 
 @contextmanager
