@@ -118,3 +118,29 @@ def test_a_users_local_directory_and_java_options_win_over_the_scratch_directory
     assert _conf(tmp_path, SPARK_CONF_DIR=str(conf)) == ["None", "None"]
     local, options = _conf(tmp_path, SPARK_LOCAL_DIRS="/big/disk")
     assert local == "None" and "-Djava.io.tmpdir=" in options
+
+
+_FORKS = """
+import os, sys
+from changestream.spark.scratch import scratch_dir
+path = scratch_dir()
+child = os.fork()
+if child == 0:
+    sys.exit(0)  # runs the exit handlers it inherited
+os.waitpid(child, 0)
+print(path.is_dir(), path, flush=True)
+"""
+
+
+def test_a_forked_child_leaves_its_parents_directory_alone(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _FORKS],
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    alive, path = done.stdout.split()
+    assert alive == "True" and Path(path).parent == tmp_path
+    assert list(tmp_path.iterdir()) == []

@@ -44,8 +44,14 @@ def scratch_dir() -> Path:
     # Renamed once locked: a sweeper that finds the lock file never finds it free too early.
     pending.rename(path / LOCK)
     _held.append(fd)
-    atexit.register(shutil.rmtree, path, True)
+    atexit.register(_remove_own, path, os.getpid())
     return path
+
+
+def _remove_own(path: Path, owner: int) -> None:
+    # A forked child runs its parent's exit handlers too: the directory is the parent's.
+    if os.getpid() == owner:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def remove_abandoned(root: Path) -> list[Path]:
