@@ -13,7 +13,6 @@ another PID namespace sharing the directory (a container) is never taken for a d
 from __future__ import annotations
 
 import atexit
-import contextlib
 import fcntl
 import functools
 import os
@@ -71,6 +70,5 @@ def remove_abandoned(root: Path) -> list[Path]:
             shutil.rmtree(candidate, ignore_errors=True)
             removed.append(candidate)
         finally:
-            with contextlib.suppress(OSError):
-                os.close(fd)
+            os.close(fd)
     return removed
