@@ -538,6 +538,59 @@ def test_a_local_sessions_workers_talk_to_the_jvm_over_unix_sockets_in_a_private
     assert any(path.is_socket() for path in directory.iterdir())
 
 
+def _worker_huge_pages_disabled(_: Iterable[int]) -> Iterator[tuple[bool, bool]]:
+    from changestream.spark.huge_pages import transparent_huge_pages_disabled
+
+    yield transparent_huge_pages_disabled(), transparent_huge_pages_disabled()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_THP_DISABLE is Linux's")
+def test_a_local_sessions_driver_and_workers_run_without_transparent_huge_pages(
+    spark: Any,
+) -> None:
+    """Zeroing whole 2 MB pages for pyarrow's allocator cost a third of a catch-up's CPU: the
+    driver turns them off, and Spark's Python workers inherit it."""
+    from changestream.spark.huge_pages import transparent_huge_pages_disabled
+
+    assert transparent_huge_pages_disabled()
+    context = spark.sparkContext
+    found = context.parallelize(range(2), 2).mapPartitions(_worker_huge_pages_disabled)
+    assert found.collect() == [(True, True), (True, True)]
+
+
+_HUGE_PAGES = """
+import subprocess, sys
+from changestream.spark.huge_pages import (
+    PR_SET_THP_DISABLE, _prctl, disable_transparent_huge_pages, transparent_huge_pages_disabled,
+)
+_prctl(PR_SET_THP_DISABLE, 0)  # on, though this test's process may have them off
+before = transparent_huge_pages_disabled()
+turned_off = disable_transparent_huge_pages()
+child = subprocess.run(
+    [sys.executable, "-c",
+     "from changestream.spark.huge_pages import transparent_huge_pages_disabled as d; print(d())"],
+    capture_output=True, text=True, check=True,
+).stdout.strip()
+print(before, turned_off, transparent_huge_pages_disabled(), child)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_THP_DISABLE is Linux's")
+def test_huge_pages_go_off_for_the_process_and_its_children_unless_the_user_chose() -> None:
+    """The setting reaches the processes the driver starts (its JVM, Spark's daemon); a
+    ``MIMALLOC_ALLOW_THP`` of the user's leaves the process as it was."""
+    env = {k: v for k, v in os.environ.items() if k != "MIMALLOC_ALLOW_THP"}
+    run = functools.partial(
+        subprocess.run, [sys.executable, "-c", _HUGE_PAGES], capture_output=True, text=True
+    )
+    done = run(env=env, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["False", "True", "True", "True"]
+    chosen = run(env={**env, "MIMALLOC_ALLOW_THP": "1"}, timeout=120)
+    assert chosen.returncode == 0, chosen.stderr[-2000:]
+    assert chosen.stdout.split() == ["False", "False", "False", "False"]
+
+
 _SOCKET_MODES = """
 from changestream.spark import _session
 enabled = "spark.python.unix.domain.socket.enabled"

@@ -1,7 +1,9 @@
 """Spark's Python daemon for changestream's sessions: ``pyspark.daemon``, with pyspark
 imported from the installed package rather than from Spark's ``pyspark.zip``, the
 pipeline's task code imported before the daemon forks its workers (:func:`preload`), and
-what it imported frozen out of the workers' garbage collections (:func:`freeze_for_fork`).
+what it imported frozen out of the workers' garbage collections (:func:`freeze_for_fork`),
+and transparent huge pages off for it and its workers (see
+:mod:`changestream.spark.huge_pages`).
 
 Spark puts its ``pyspark.zip`` (and py4j's zip) first on its Python workers' path. Python
 never caches bytecode for modules it imports from a zip, so each daemon compiled pyspark anew
@@ -22,6 +24,8 @@ import re
 import runpy
 import sys
 import zipfile
+
+from changestream.spark.huge_pages import disable_transparent_huge_pages
 
 #: The zips Spark puts on its workers' path, and each one's package.
 _ZIPS = (("pyspark", re.compile(r"pyspark\.zip$")), ("py4j", re.compile(r"py4j-[^/]*\.zip$")))
@@ -92,6 +96,8 @@ def freeze_for_fork() -> None:
 
 
 if __name__ == "__main__":
+    # Before the imports: the daemon's workers inherit it (on a cluster's executors too).
+    disable_transparent_huge_pages()
     sys.path[:] = installed_first(sys.path)
     preload()
     freeze_for_fork()

@@ -16,6 +16,7 @@ import pyspark
 from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
+from changestream.spark.huge_pages import disable_transparent_huge_pages
 from changestream.spark.jvm_archive import driver_java_options
 from changestream.spark.scratch import scratch_dir
 
@@ -64,9 +65,14 @@ def local_context(
 ) -> SparkContext:
     """The SparkContext of :func:`local_session`, set up the same way, without a SQL session:
     what the pipeline runs on (its jobs are plain RDD tasks, and a SparkSession costs about
-    0.6 s more to start on two cores)."""
+    0.6 s more to start on two cores).
+
+    It turns transparent huge pages off for this process and those it starts (see
+    :mod:`changestream.spark.huge_pages`; setting ``MIMALLOC_ALLOW_THP`` leaves them as
+    they are)."""
     # Workers must import changestream and pyarrow from this environment.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    disable_transparent_huge_pages()
     conf = context_conf(master, app_name)
     _import_while_the_jvm_starts()
     if log is None:
