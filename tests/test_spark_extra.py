@@ -558,6 +558,25 @@ def test_a_local_sessions_driver_and_workers_run_without_transparent_huge_pages(
     assert found.collect() == [(True, True), (True, True)]
 
 
+def _worker_daemon_command(_: Iterable[int]) -> Iterator[str]:
+    yield Path(f"/proc/{os.getppid()}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_local_sessions_workers_are_forked_by_the_daemon_its_zygote_preloaded(
+    spark: Any,
+) -> None:
+    """The daemon's imports were done while the JVM started: the workers' parent is the
+    zygote's child (it keeps the zygote's command line), and it got the JVM's environment
+    (the workers use the Unix sockets the JVM asked for, see the test above)."""
+    from changestream.spark.zygote import ZYGOTE_FLAG
+
+    context = spark.sparkContext
+    commands = context.parallelize(range(2), 2).mapPartitions(_worker_daemon_command).collect()
+    assert len(commands) == 2
+    assert all(f"changestream.spark._daemon {ZYGOTE_FLAG}" in c for c in commands), commands
+
+
 _HUGE_PAGES = """
 import subprocess, sys
 from changestream.spark.huge_pages import (

@@ -1,5 +1,6 @@
 """Stopping the pipeline's Spark context: it stops at once and PySpark's accumulator
-server, stopped in the background, is gone shortly after (no thread or socket left behind).
+server, stopped in the background, is gone shortly after (no thread or socket left behind),
+and so is the Python daemon its zygote forked.
 In a process of its own: this one's tests share a session."""
 
 from __future__ import annotations
@@ -28,6 +29,20 @@ while any(t.name == "spark-accumulators-stop" for t in threading.enumerate()):
     assert time.monotonic() < deadline, "the accumulator server did not stop"
     time.sleep(0.05)
 assert server.fileno() == -1, "its socket is closed"
+import os
+def daemons():
+    mine = f"zygote-{os.getpid()}-".encode()
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if mine in open(f"/proc/{pid}/cmdline", "rb").read():
+                found.append(pid)
+        except OSError:
+            pass
+    return found
+while daemons():
+    assert time.monotonic() < deadline, f"the zygote's daemon outlived the context: {daemons()}"
+    time.sleep(0.05)
 if isinstance(address, tuple):
     try:
         socket.create_connection(address, timeout=5).close()

@@ -3,7 +3,8 @@ imported from the installed package rather than from Spark's ``pyspark.zip``, th
 pipeline's task code imported before the daemon forks its workers (:func:`preload`), and
 what it imported frozen out of the workers' garbage collections (:func:`freeze_for_fork`),
 and transparent huge pages off for it and its workers (see
-:mod:`changestream.spark.huge_pages`).
+:mod:`changestream.spark.huge_pages`). In a local session it is usually the zygote of
+:mod:`changestream.spark.zygote`, which did all that while the JVM started.
 
 Spark puts its ``pyspark.zip`` (and py4j's zip) first on its Python workers' path. Python
 never caches bytecode for modules it imports from a zip, so each daemon compiled pyspark anew
@@ -26,6 +27,7 @@ import sys
 import zipfile
 
 from changestream.spark.huge_pages import disable_transparent_huge_pages
+from changestream.spark.zygote import ZYGOTE_FLAG, hand_over, serve
 
 #: The zips Spark puts on its workers' path, and each one's package.
 _ZIPS = (("pyspark", re.compile(r"pyspark\.zip$")), ("py4j", re.compile(r"py4j-[^/]*\.zip$")))
@@ -95,10 +97,17 @@ def freeze_for_fork() -> None:
     gc.freeze()
 
 
+def _prepare() -> None:
+    preload()
+    freeze_for_fork()
+
+
 if __name__ == "__main__":
     # Before the imports: the daemon's workers inherit it (on a cluster's executors too).
     disable_transparent_huge_pages()
     sys.path[:] = installed_first(sys.path)
-    preload()
-    freeze_for_fork()
-    runpy.run_module("pyspark.daemon", run_name="__main__", alter_sys=True)
+    if sys.argv[1:2] == [ZYGOTE_FLAG]:
+        serve(int(sys.argv[2]), sys.argv[3], _prepare)
+    elif not hand_over():
+        _prepare()
+        runpy.run_module("pyspark.daemon", run_name="__main__", alter_sys=True)

@@ -19,6 +19,7 @@ from pyspark.sql import SparkSession
 from changestream.spark.huge_pages import disable_transparent_huge_pages
 from changestream.spark.jvm_archive import driver_java_options
 from changestream.spark.scratch import scratch_dir
+from changestream.spark.zygote import start_zygote
 
 log = logging.getLogger(__name__)
 
@@ -69,11 +70,15 @@ def local_context(
 
     It turns transparent huge pages off for this process and those it starts (see
     :mod:`changestream.spark.huge_pages`; setting ``MIMALLOC_ALLOW_THP`` leaves them as
-    they are)."""
+    they are). On a local master, with no context running yet, a zygote does the Python
+    daemon's imports while the JVM starts (see :mod:`changestream.spark.zygote`)."""
     # Workers must import changestream and pyarrow from this environment.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     disable_transparent_huge_pages()
     conf = context_conf(master, app_name)
+    if master.startswith("local") and SparkContext._active_spark_context is None:
+        # The JVM about to start finds its Python daemon's imports done (see ``zygote``).
+        start_zygote(_scratch("sockets"))
     _import_while_the_jvm_starts()
     if log is None:
         context = SparkContext.getOrCreate(conf)
