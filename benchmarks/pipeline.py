@@ -243,8 +243,8 @@ def spark_env(eventlog: Path) -> dict[str, str]:
 
 
 class ProcessSampler:
-    """Samples, every 0.1 s until stopped, a process and its descendants (its JVM, and the
-    JVM's Python daemon and workers): ``python_mb`` and ``jvm_mb`` are the peak resident
+    """Samples, every 0.1 s until stopped, a process, its descendants (its JVM, its zygote)
+    and Spark's Python daemon and workers: ``python_mb`` and ``jvm_mb`` are the peak resident
     memory of the process and of its JVM; :meth:`cpu_seconds` the CPU each kind of process
     used, as last sampled (a process's last 0.1 s before it exits can be missed)."""
 
@@ -258,11 +258,18 @@ class ProcessSampler:
         self._thread.start()
 
     def _run(self) -> None:
+        # Spark's Python daemon comes from the driver's zygote and outlives it, so it is no
+        # descendant of the driver: its command line names the zygote's socket, which names
+        # the driver (see changestream.spark.zygote).
+        zygote_socket = f"zygote-{self.pid}-".encode()
         while not self._stop.wait(0.1):
             processes = _processes()
             self.python_mb = max(self.python_mb, _rss_mb(self.pid))
             self._note_cpu(processes, self.pid, "driver_python")
-            for child in _descendants(processes, self.pid):
+            daemons = [p for p in processes if zygote_socket in _full_cmdline(p)]
+            family = {*_descendants(processes, self.pid), *daemons}
+            family.update(c for d in daemons for c in _descendants(processes, d))
+            for child in family:
                 command = _cmdline(child)
                 if b"java" in command:
                     self.jvm_mb = max(self.jvm_mb, _rss_mb(child))
@@ -300,6 +307,13 @@ def _rss_mb(pid: int) -> float:
 def _cmdline(pid: int) -> bytes:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+    except OSError:
+        return b""
+
+
+def _full_cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return b""
 
