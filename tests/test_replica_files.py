@@ -120,13 +120,16 @@ def test_a_replica_made_before_targets_gets_one_when_opened(tmp_path: Path) -> N
     assert replica.read_rows() == [(n, "a") for n in range(10)]
 
 
-def test_files_keep_chunk_statistics_and_no_dictionary_for_unique_columns(tmp_path: Path) -> None:
+def test_files_are_snappy_compressed_keep_chunk_statistics_and_no_dictionary_for_unique_columns(
+    tmp_path: Path,
+) -> None:
     replica = DeltaReplica(tmp_path, "DB1", KV)
     replica.apply(inserts(1_000, range(2_000), "same"))
     delta = DeltaTable(str(replica.path))
     for uri in delta.file_uris():
         meta = pq.ParquetFile(uri).metadata.row_group(0)
         chunks = {meta.column(i).path_in_schema: meta.column(i) for i in range(meta.num_columns)}
+        assert {chunk.compression for chunk in chunks.values()} == {"SNAPPY"}
         for unique in (SORT_KEY_COLUMN, UUID_COLUMN):
             assert not chunks[unique].has_dictionary_page
             assert chunks[unique].statistics.has_min_max

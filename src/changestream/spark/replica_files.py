@@ -22,7 +22,11 @@ Encoding (:func:`writer_properties`). The sort key and uuid columns differ on ev
 dictionary encoding them is work thrown away; and statistics are kept per column chunk (which
 is what Delta's file statistics, and so MERGE's file pruning, come from), not per page. On
 the pipeline benchmark's replica (170,000 rows) a 5,000-row MERGE took 141–183 ms with
-deltalake's defaults and 100–123 ms written this way.
+deltalake's defaults and 100–123 ms written this way. The files are compressed with Snappy,
+as Spark writes Parquet by default (with the writer properties above and no codec, deltalake
+wrote them uncompressed): a 5,000-key MERGE into 170,000 rows took 93–114 ms against 91–271
+uncompressed and 97–127 with Zstandard, and the table, with its old versions, took 85 MB of
+disk against 214 (41 with Zstandard).
 """
 
 from __future__ import annotations
@@ -42,13 +46,17 @@ SMALLEST_TARGET: Final = 1 << 20
 LARGEST_TARGET: Final = 128 << 20
 #: About how many files the target keeps a table in, between the two bounds.
 FILES_PER_TABLE: Final = 16
+#: The replica files' codec: Spark's default for Parquet.
+COMPRESSION: Final = "SNAPPY"
 
 
 def writer_properties(unique_columns: Iterable[str]) -> WriterProperties:
-    """How a replica's Parquet files are written: statistics per column chunk, and no
-    dictionary for ``unique_columns``, whose values differ on every row."""
+    """How a replica's Parquet files are written: compressed with :data:`COMPRESSION`,
+    statistics per column chunk, and no dictionary for ``unique_columns``, whose values
+    differ on every row."""
     unique = ColumnProperties(dictionary_enabled=False, statistics_enabled="CHUNK")
     return WriterProperties(
+        compression=COMPRESSION,
         default_column_properties=ColumnProperties(statistics_enabled="CHUNK"),
         column_properties=dict.fromkeys(unique_columns, unique),
     )
