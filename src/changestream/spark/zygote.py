@@ -13,6 +13,9 @@ stays as the process the JVM knows: it passes a SIGTERM on and ends when the dae
 A zygote serves one daemon, then exits; it also exits when its driver does. Wherever the
 hand-over cannot happen (no zygote, a dead one, another machine's executors), the stub
 runs the daemon itself.
+
+With the zygote, a 300,000-change catch-up on two cores took 4.4-4.7 s against 4.8-5.3 s
+without (three alternations): its first tasks no longer wait for the imports.
 """
 
 from __future__ import annotations
@@ -209,7 +212,7 @@ def _follow(pid: int) -> None:
         watch = os.pidfd_open(pid)
     except ProcessLookupError:
         return
-    except OSError:  # a kernel older than 5.3
+    except (OSError, AttributeError):  # not Linux, or a kernel older than 5.3
         while _alive(pid):
             time.sleep(0.2)
         return
