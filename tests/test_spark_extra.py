@@ -3,6 +3,7 @@ standard readers, tables added to a FOR ALL stream, reads through a server, paus
 
 from __future__ import annotations
 
+import ast
 import base64
 import datetime as dt
 import decimal
@@ -558,23 +559,46 @@ def test_a_local_sessions_driver_and_workers_run_without_transparent_huge_pages(
     assert found.collect() == [(True, True), (True, True)]
 
 
-def _worker_daemon_command(_: Iterable[int]) -> Iterator[str]:
-    yield Path(f"/proc/{os.getppid()}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+_ZYGOTE_DAEMON = """
+import os, sys
+from pathlib import Path
+from changestream.spark._query_control import stop_context
+from changestream.spark._session import local_context
+
+def command(_):
+    yield Path(f"/proc/{os.getppid()}/cmdline").read_bytes().replace(b"\\0", b" ").decode()
+
+def environment(_):
+    yield os.environ.get("PYTHON_UNIX_DOMAIN_ENABLED", "unset")
+
+context = local_context("local[2]", log=sys.argv[1])
+print(context.parallelize(range(2), 2).mapPartitions(command).collect())
+print(context.parallelize(range(2), 2).mapPartitions(environment).collect())
+stop_context(context)
+"""
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
-def test_a_local_sessions_workers_are_forked_by_the_daemon_its_zygote_preloaded(
-    spark: Any,
+def test_a_new_jvms_workers_are_forked_by_the_daemon_its_zygote_preloaded(
+    tmp_path: Path,
 ) -> None:
     """The daemon's imports were done while the JVM started: the workers' parent is the
     zygote's child (it keeps the zygote's command line), and it got the JVM's environment
-    (the workers use the Unix sockets the JVM asked for, see the test above)."""
+    (the Unix sockets the JVM asked for). In a process of its own: the zygote serves the
+    first JVM of a process, and this one's tests started theirs before."""
     from changestream.spark.zygote import ZYGOTE_FLAG
 
-    context = spark.sparkContext
-    commands = context.parallelize(range(2), 2).mapPartitions(_worker_daemon_command).collect()
+    done = subprocess.run(
+        [sys.executable, "-c", _ZYGOTE_DAEMON, str(tmp_path / "spark.log")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    commands, environments = (ast.literal_eval(line) for line in done.stdout.splitlines())
     assert len(commands) == 2
     assert all(f"changestream.spark._daemon {ZYGOTE_FLAG}" in c for c in commands), commands
+    assert [e.lower() for e in environments] == ["true", "true"]
 
 
 _HUGE_PAGES = """

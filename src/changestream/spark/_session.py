@@ -70,14 +70,16 @@ def local_context(
 
     It turns transparent huge pages off for this process and those it starts (see
     :mod:`changestream.spark.huge_pages`; setting ``MIMALLOC_ALLOW_THP`` leaves them as
-    they are). On a local master, with no context running yet, a zygote does the Python
+    they are). On a local master, when this process has no JVM yet, a zygote does the Python
     daemon's imports while the JVM starts (see :mod:`changestream.spark.zygote`)."""
     # Workers must import changestream and pyarrow from this environment.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     disable_transparent_huge_pages()
     conf = context_conf(master, app_name)
-    if master.startswith("local") and SparkContext._active_spark_context is None:
-        # The JVM about to start finds its Python daemon's imports done (see ``zygote``).
+    if master.startswith("local") and SparkContext._gateway is None:
+        # The JVM about to start finds its Python daemon's imports done (see ``zygote``). A
+        # JVM already running keeps the environment it started with, and PySpark starts a
+        # new context on it: no zygote would be found.
         start_zygote(_scratch("sockets"))
     _import_while_the_jvm_starts()
     if log is None:
