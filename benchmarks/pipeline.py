@@ -305,10 +305,7 @@ def _rss_mb(pid: int) -> float:
 
 
 def _cmdline(pid: int) -> bytes:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
-    except OSError:
-        return b""
+    return _full_cmdline(pid).split(b"\0")[0]
 
 
 def _full_cmdline(pid: int) -> bytes:

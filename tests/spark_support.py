@@ -4,6 +4,7 @@ read through the read function, and a streaming driver that can run in its own p
 from __future__ import annotations
 
 import random
+import subprocess
 import sys
 import threading
 import time
@@ -23,6 +24,16 @@ STREAM = "CREATE CHANGE STREAM ItemStream FOR Items OPTIONS (value_capture_type 
 
 #: A mod's identity: commit timestamp, transaction, record sequence, partition, index.
 ModId = tuple[int, str, str, str, int]
+
+
+def run_script(script: str, *args: str, timeout: float = 300) -> str:
+    """Run Python ``script`` in a process of its own (a Spark session there starts its own
+    JVM) and return its output; fails the test with the end of its stderr if it fails."""
+    done = subprocess.run(
+        [sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=timeout
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
 
 
 def create_items_db(path: str) -> changestream.EmbeddedDatabase:

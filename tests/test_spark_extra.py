@@ -33,7 +33,7 @@ from changestream.datastream import StreamCatalog, StreamDefinition
 from changestream.datastream.files import event_files, read_events
 from changestream.spark.pipeline import PipelineOptions, PipelineStatus, SparkPipeline
 from changestream.spark.replica import DeltaReplica
-from tests.spark_support import batch_read, create_items_db, write_items
+from tests.spark_support import batch_read, create_items_db, run_script, write_items
 
 pytestmark = pytest.mark.spark
 
@@ -588,14 +588,8 @@ def test_a_new_jvms_workers_are_forked_by_the_daemon_its_zygote_preloaded(
     first JVM of a process, and this one's tests started theirs before."""
     from changestream.spark.zygote import ZYGOTE_FLAG
 
-    done = subprocess.run(
-        [sys.executable, "-c", _ZYGOTE_DAEMON, str(tmp_path / "spark.log")],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    commands, environments = (ast.literal_eval(line) for line in done.stdout.splitlines())
+    output = run_script(_ZYGOTE_DAEMON, str(tmp_path / "spark.log"))
+    commands, environments = (ast.literal_eval(line) for line in output.splitlines())
     assert len(commands) == 2
     assert all(f"changestream.spark._daemon {ZYGOTE_FLAG}" in c for c in commands), commands
     assert [e.lower() for e in environments] == ["true", "true"]

@@ -5,13 +5,13 @@ In a process of its own: this one's tests share a session."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("pyspark")
+
+from tests.spark_support import run_script
 
 SCRIPT = """
 import socket, sys, threading, time
@@ -59,11 +59,4 @@ print("ok")
 
 
 def test_stopping_the_session_leaves_no_accumulator_server(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(tmp_path / "spark.log")],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.strip().endswith("ok")
+    assert run_script(SCRIPT, str(tmp_path / "spark.log")).strip().endswith("ok")

@@ -75,11 +75,6 @@ def _owner_cmdline(port: int) -> str:
     raise AssertionError(f"nothing listens on port {port}")
 
 
-def _wait_gone(process: subprocess.Popen[bytes], seconds: float = 30) -> int:
-    """Its exit code; a process still running after ``seconds`` fails the test."""
-    return process.wait(timeout=seconds)
-
-
 def test_the_started_process_hands_the_daemon_to_the_zygote_and_passes_sigterm_on(
     tmp_path: Path,
 ) -> None:
@@ -96,7 +91,7 @@ def test_the_started_process_hands_the_daemon_to_the_zygote_and_passes_sigterm_o
         assert started.wait(timeout=30) == 0
         assert daemon.poll() is None, "the started process stays while its daemon runs"
         daemon.send_signal(signal.SIGTERM)
-        _wait_gone(daemon)
+        daemon.wait(timeout=30)
         deadline = time.monotonic() + 30
         while _listening(port):
             assert time.monotonic() < deadline, "the daemon outlived the SIGTERM"
@@ -113,7 +108,7 @@ def test_a_handed_over_daemon_ends_when_the_jvm_closes_its_stdin(tmp_path: Path)
         port = _port(daemon)
         assert daemon.stdin is not None
         daemon.stdin.close()
-        _wait_gone(daemon)
+        daemon.wait(timeout=30)
         assert not _listening(port)
     finally:
         zygote.stop_zygote()
@@ -126,7 +121,7 @@ def test_without_a_zygote_the_started_process_runs_the_daemon_itself(tmp_path: P
     assert ZYGOTE_FLAG not in _owner_cmdline(port)
     assert daemon.stdin is not None
     daemon.stdin.close()
-    _wait_gone(daemon)  # pyspark's daemon ends with 1 when stdin closes
+    daemon.wait(timeout=30)  # pyspark's daemon ends with 1 when stdin closes
     assert not _listening(port)
 
 

@@ -80,7 +80,7 @@ def local_context(
         # The JVM about to start finds its Python daemon's imports done (see ``zygote``). A
         # JVM already running keeps the environment it started with, and PySpark starts a
         # new context on it: no zygote would be found.
-        start_zygote(_scratch("sockets"))
+        start_zygote(Path(_socket_dir()))
     _import_while_the_jvm_starts()
     if log is None:
         context = SparkContext.getOrCreate(conf)
