@@ -19,6 +19,7 @@ _BASE = {
     "deprecation",
     "retry",
     "threads",
+    "processes",
 }
 #: What each package may import (besides itself), from DESIGN.md's layer table. ``store``
 #: reads DML through ``sql``; ``server`` serves the consumers above ``streams``.
@@ -32,6 +33,7 @@ ALLOWED: dict[str, set[str]] = {
     "deprecation": set(),
     "retry": set(),
     "threads": set(),
+    "processes": set(),
     "ddl": _BASE,
     "sql": _BASE | {"ddl"},
     "store": _BASE | {"ddl", "sql"},

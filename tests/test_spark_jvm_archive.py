@@ -32,10 +32,15 @@ spark.stop()
 """
 
 
+LEGACY = "spark-0.0.1-0123456789abcdef.jsa"
+
+
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A cache directory holding an archive built by the CLI, as `make` builds it."""
     directory = tmp_path_factory.mktemp("cache")
+    # An archive of an earlier version, which recorded nothing of what it was built for.
+    (directory / LEGACY).write_bytes(b"classes")
     saved = os.environ.get("CHANGESTREAM_CACHE_DIR")
     os.environ["CHANGESTREAM_CACHE_DIR"] = str(directory)
     try:
@@ -47,6 +52,7 @@ def cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         )
         assert done.returncode == 0, done.stdout + done.stderr
         assert "built" in done.stdout
+        assert f"removed {directory / LEGACY}" in done.stdout
         yield directory
     finally:
         if saved is None:
@@ -95,6 +101,12 @@ def test_prepare_builds_an_archive_sessions_then_map(cache: Path, tmp_path: Path
     archive = jvm_archive.archive_file()
     assert archive.parent == cache and archive.is_file()
     assert archive.stat().st_size > 10 * 2**20  # the classes of a whole Spark job
+    origin = json.loads(archive.with_suffix(".origin.json").read_text())
+    assert origin == {
+        "spark_home": str(jvm_archive.spark_home().resolve()),
+        "java": str(jvm_archive.java_binary()),
+    }
+    assert not (cache / LEGACY).exists()
     assert not list(cache.glob(".*partial"))  # the temporary name is gone
     info = start_session(tmp_path, cache)
     assert f"-XX:SharedArchiveFile={archive}" in info["args"]
@@ -146,3 +158,54 @@ def test_prepare_says_when_the_cache_cannot_be_written(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert "error: cannot create the cache directory" in done.stderr
     assert "CHANGESTREAM_CACHE_DIR" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_prune_removes_the_archives_no_installation_can_map(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    monkeypatch.setenv("CHANGESTREAM_CACHE_DIR", str(cache))
+    java = jvm_archive.java_binary()
+    keep = jvm_archive.archive_file()
+
+    def archive(name: str, spark: Path | None, java_path: Path = java) -> Path:
+        path = cache / name
+        path.write_bytes(b"classes")
+        if spark is not None:
+            origin = {"spark_home": str(spark), "java": str(java_path)}
+            path.with_suffix(".origin.json").write_text(json.dumps(origin))
+        return path
+
+    def fitting(spark: Path, java_path: Path = java) -> str:
+        return f"spark-4.3.0-{jvm_archive._digest(spark, java_path)}.jsa"
+
+    keep.write_bytes(b"classes")
+    other_home = tmp_path / "other-spark"
+    other_home.mkdir()
+    alive = archive(fitting(other_home), other_home)
+    gone_home = tmp_path / "gone-spark"
+    gone_home.mkdir()
+    gone = archive(fitting(gone_home), gone_home)
+    gone_home.rmdir()
+    legacy = archive("spark-4.2.0-0123456789abcdef.jsa", None)
+    here = jvm_archive.spark_home().resolve()
+    older_version = archive(fitting(here).replace("4.3.0", "4.2.0"), here)
+    other_java = tmp_path / "java"
+    other_java.write_bytes(b"a java")
+    changed_java = archive(fitting(other_home, other_java), other_home, other_java)
+    other_java.write_bytes(b"another java, upgraded in place")
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    dead_partial = cache / f".{keep.name}.{dead.pid}.partial"
+    live_partial = cache / f".{keep.name}.{os.getpid()}.partial"
+    for partial in (dead_partial, live_partial):
+        partial.write_bytes(b"half")
+
+    removed = jvm_archive.prune_archives(keep)
+
+    assert sorted(removed) == sorted([gone, legacy, older_version, changed_java])
+    assert keep.exists() and alive.exists() and alive.with_suffix(".origin.json").exists()
+    for path in removed:
+        assert not path.exists() and not path.with_suffix(".origin.json").exists()
+    assert not dead_partial.exists() and live_partial.exists()

@@ -10,7 +10,9 @@ it whenever one exists for this Spark and this Java.
 
 The archive lives in the cache directory (``$CHANGESTREAM_CACHE_DIR``, else
 ``$XDG_CACHE_HOME/changestream``, else ``~/.cache/changestream``), named after the Spark
-version, the Spark installation and the Java binary, so another of them never picks it up.
+version, the Spark installation and the Java binary, so another of them never picks it up;
+``changestream pipeline prepare`` then removes those no installation can map any more
+(:func:`prune_archives`).
 The JVM checks it again when it maps it and ignores one that does not fit (at most with a
 warning in Spark's log): a stale or damaged archive costs the head start, never a run.
 """
@@ -18,6 +20,7 @@ warning in Spark's log): a stale or damaged archive costs the head start, never 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import signal
@@ -28,6 +31,7 @@ from pathlib import Path
 from typing import IO, Final
 
 from changestream.errors import ChangeStreamError, FailedPrecondition
+from changestream.processes import is_running
 
 #: How long building the archive may take before it is abandoned (it takes about 30 s).
 BUILD_TIMEOUT_SECONDS: Final = 600.0
@@ -65,11 +69,59 @@ def archive_file() -> Path:
     """Where the archive of this Spark installation and this Java is (or would be)."""
     import pyspark
 
-    java = java_binary()
-    stat = java.stat()
-    identity = f"{spark_home().resolve()}|{java}|{stat.st_size}|{stat.st_mtime_ns}"
-    digest = hashlib.sha256(identity.encode()).hexdigest()[:16]
+    digest = _digest(spark_home().resolve(), java_binary())
+    assert digest is not None, "java_binary() checked that Java is there"
     return cache_dir() / f"spark-{pyspark.__version__}-{digest}.jsa"
+
+
+def _digest(spark: Path, java: Path) -> str | None:
+    """What an archive's name says of the Spark installation and the Java it fits; None when
+    either is gone."""
+    try:
+        stat = java.stat()
+    except OSError:
+        return None
+    if not spark.is_dir():
+        return None
+    identity = f"{spark}|{java}|{stat.st_size}|{stat.st_mtime_ns}"
+    return hashlib.sha256(identity.encode()).hexdigest()[:16]
+
+
+def _origin_file(archive: Path) -> Path:
+    """Beside an archive, the Spark installation and the Java it was built for."""
+    return archive.with_suffix(".origin.json")
+
+
+def prune_archives(keep: Path) -> list[Path]:
+    """Remove the cache directory's archives that no installation can map any more (their
+    Spark installation or Java is gone or changed, or the installation that built ``keep``
+    built them for another Spark version, or they do not say what they were built for), and
+    the partial archives of builds that died; returns the archives removed.
+
+    Each is about 70 MB, and every new installation path (a fresh clone, a new virtual
+    environment) builds its own. A JVM that has one mapped keeps it after the removal."""
+    here = str(spark_home().resolve())
+    removed = []
+    for archive in keep.parent.glob("spark-*.jsa"):
+        if archive == keep:
+            continue
+        origin = _origin_file(archive)
+        try:
+            built_for = json.loads(origin.read_text())
+            spark, java = str(built_for["spark_home"]), Path(built_for["java"])
+        except (OSError, ValueError, KeyError, TypeError):
+            spark, java = "", Path()
+        digest = _digest(Path(spark), java) if spark else None
+        if digest is not None and archive.stem.endswith(f"-{digest}") and spark != here:
+            continue
+        archive.unlink(missing_ok=True)
+        origin.unlink(missing_ok=True)
+        removed.append(archive)
+    for partial in keep.parent.glob(".spark-*.jsa.*.partial"):
+        pid = partial.suffixes[-2].lstrip(".")
+        if pid.isdigit() and not is_running(int(pid)):
+            partial.unlink(missing_ok=True)
+    return removed
 
 
 def driver_java_options() -> str | None:
@@ -88,8 +140,9 @@ def build_archive(job: str | os.PathLike[str], timeout: float = BUILD_TIMEOUT_SE
     passes its own), runs under ``spark-submit`` in a temporary directory (its path in
     ``$CHANGESTREAM_ARCHIVE_WORK``) so the JVM loads the classes pipelines use; the archive
     is written under a temporary name and renamed, so a concurrent run sees a whole archive
-    or none. Raises :class:`ChangeStreamError` with the end of the job's output when it fails
-    or runs longer than ``timeout`` seconds."""
+    or none; beside it goes what it was built for (see :func:`prune_archives`). Raises
+    :class:`ChangeStreamError` with the end of the job's output when it fails or runs longer
+    than ``timeout`` seconds."""
     target = archive_file()
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -127,6 +180,8 @@ def build_archive(job: str | os.PathLike[str], timeout: float = BUILD_TIMEOUT_SE
             partial.replace(target)
         finally:
             partial.unlink(missing_ok=True)
+    origin = {"spark_home": str(spark_home().resolve()), "java": str(java_binary())}
+    _origin_file(target).write_text(json.dumps(origin))
     return target
 
 

@@ -35,6 +35,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
+from changestream.processes import is_running
+
 #: The environment variable naming the zygote's socket, which the JVM passes on to the stub.
 SOCKET_VARIABLE: Final = "CHANGESTREAM_DAEMON_ZYGOTE"
 #: The zygote's command-line flag (its children, the daemons, keep the zygote's command line).
@@ -129,11 +131,14 @@ def _fork_daemon(server: socket.socket, connection: socket.socket) -> bool:
         for fd in fds:
             os.close(fd)
         return False
-    pid = os.fork()
-    if pid == 0:  # the daemon
+    if os.fork() == 0:  # the daemon
         code = 1
         try:
             server.close()
+            # The daemon answers, not the zygote: a stub that got no answer knows no daemon
+            # took its streams (the zygote may die between the fork and an answer of its own).
+            with contextlib.suppress(OSError):
+                connection.sendall(f"{os.getpid()}\n".encode())
             connection.close()
             _become_daemon(fds, request)
             code = 0
@@ -143,8 +148,6 @@ def _fork_daemon(server: socket.socket, connection: socket.socket) -> bool:
             os._exit(code)
     for fd in fds:
         os.close(fd)
-    with contextlib.suppress(OSError):
-        connection.sendall(f"{pid}\n".encode())
     return True
 
 
@@ -213,20 +216,10 @@ def _follow(pid: int) -> None:
     except ProcessLookupError:
         return
     except (OSError, AttributeError):  # not Linux, or a kernel older than 5.3
-        while _alive(pid):
+        while is_running(pid):
             time.sleep(0.2)
         return
     try:
         select.select([watch], [], [])
     finally:
         os.close(watch)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # there, though not ours to signal
-        pass
-    return True
