@@ -24,8 +24,10 @@ upserts of distinct random keys below ``--keys``, ``--rows-per-txn`` rows per tr
    for ``--seconds``; each change's lag is the end of the first micro-batch whose end offset
    covers its commit timestamp (from the checkpoint) minus that commit timestamp. Where that
    time goes: the medians, over the micro-batches that carried the writer's changes, of
-   their durations (``latestOffset``, ``addBatch``, the offset log) and of the time Spark's
-   tasks ran inside each batch, and the longest batch.
+   their durations (``latestOffset``, ``addBatch``, the offset log, and the two parts of
+   ``addBatch`` the commit times: ``cdcTasks``, the CDC tasks' Spark job as the driver waits
+   for it, and ``replicaMerge``, the replica MERGE) and of the time Spark's tasks ran inside
+   each batch, the longest batch, and each batch's duration and MERGE.
 
 Every phase checks what it produced and exits non-zero on a mismatch: the event files hold
 exactly the uuids of the changes committed after ``streams start`` (derived from the read
@@ -74,6 +76,9 @@ CHANGE_STREAM = (
 )
 COLUMNS = ["OrderId", "Customer", "Amount", "Note"]
 FORMATS = ("json", "avro")
+#: The parts of a micro-batch's work its commit times (inside ``addBatch``): the CDC tasks'
+#: Spark job, as the driver waits for it, and the replica MERGEs.
+PARTS = ("cdcTasks", "replicaMerge")
 #: The goals of the pipeline issue (issue 24), on local[2]: figure, comparison, target.
 GOALS = (
     ("json_delta_changes_per_s", ">=", 100_000),
@@ -570,7 +575,7 @@ def live(path: str, tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
         lags.append(batches[first]["end"] - ts / 1000)
     ordered = sorted(lags)
     carried = [batches[i] for i in sorted(carriers)]
-    phases = ("triggerExecution", "latestOffset", "addBatch", "walCommit")
+    phases = ("triggerExecution", "latestOffset", "addBatch", "walCommit", *PARTS)
     for batch in carried:
         batch["tasks"] = sum(
             max(0, min(end, batch["end"]) - max(begin, batch["begin"]))
@@ -592,6 +597,7 @@ def live(path: str, tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
         # trigger plus that batch, so the slowest batches make the p99.
         "batch_triggerExecution_ms_each": [b["triggerExecution"] for b in carried],
         "batch_tasks_ms_each": [b["tasks"] for b in carried],
+        "batch_replicaMerge_ms_each": [b.get("replicaMerge", 0) for b in carried],
         "target_changes_per_s": args.rate,
         "rows_per_txn": args.live_rows_per_txn,
         "changes": len(changes),

@@ -29,6 +29,7 @@ from changestream.datastream.catalog import LAST_BATCH
 from changestream.datastream.files import event_files, read_events
 from changestream.embedded.database import store_of
 from changestream.spark.history import HistoryReplica
+from changestream.spark.offset_log import commit_metadata, last_batch
 from changestream.spark.pipeline import PipelineFailed, PipelineOptions, SparkPipeline
 from changestream.spark.replica import DeltaReplica
 from tests.datastream_support import ENVELOPE_FIELDS
@@ -120,6 +121,17 @@ def test_the_seeds_insert_update_delete_flow_as_three_events(spark: Any, tmp_pat
         described = StreamCatalog(db).describe("s1")
     assert described["state"] == "Running"
     assert described["rows_processed"] == 3
+    # The batch's commit says how long its CDC tasks and its replica MERGE took, within
+    # the batch's work.
+    (checkpoint,) = (tmp_path / "events" / "_changestream").glob("s1-*/checkpoint")
+    batch = last_batch(checkpoint, "commits")
+    assert batch is not None
+    durations = commit_metadata(checkpoint, batch)["durationMs"]
+    assert durations["cdcTasks"] > 0 and durations["replicaMerge"] > 0
+    assert durations["cdcTasks"] + durations["replicaMerge"] <= durations["addBatch"] + 1
+    assert durations["triggerExecution"] == sum(
+        durations[phase] for phase in ("latestOffset", "walCommit", "addBatch")
+    )
 
 
 def _source_rows(path: str) -> list[tuple[Any, ...]]:

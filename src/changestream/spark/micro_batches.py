@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +38,9 @@ class MicroBatchQuery:
     """Runs ``process(batch_id)`` for each micro-batch of ``planner``'s stream, in a thread,
     every ``trigger_seconds`` (at once when a batch took longer), checkpointed at
     ``checkpoint``. With ``available_now`` it reads what was committed when it started, in
-    batches of at most the planner's read limit, then ends.
+    batches of at most the planner's read limit, then ends. ``process`` may return how long
+    named parts of the batch's work took (seconds), which the batch's commit keeps beside its
+    durations (as parts of ``addBatch``).
 
     :meth:`stop` ends it between batches; :attr:`error` is what ended it otherwise."""
 
@@ -46,7 +48,7 @@ class MicroBatchQuery:
         self,
         checkpoint: Path,
         planner: ChangeStreamStreamReader,
-        process: Callable[[int], None],
+        process: Callable[[int], Mapping[str, float] | None],
         trigger_seconds: float,
         available_now: bool,
         name: str,
@@ -137,13 +139,13 @@ class MicroBatchQuery:
                 self._idle, self._running_since = False, time.monotonic()
             logged_s = time.monotonic() - began - planned_s
             try:
-                self._process(batch_id)
+                parts = self._process(batch_id) or {}
             finally:
                 with self._lock:
                     self._running_since = None
             worked_s = time.monotonic() - began - planned_s - logged_s
             frontier = Frontier.from_offset(end).watermark
-            timings = _progress(began_ms, planned_s, logged_s, worked_s)
+            timings = _progress(began_ms, planned_s, logged_s, worked_s, parts)
             log_commit(checkpoint, batch_id, {**timings, "watermark": frontier})
             self.frontier = frontier
             batch_id += 1
@@ -151,9 +153,17 @@ class MicroBatchQuery:
                 self._stopping.wait(max(0.0, began + self._trigger - time.monotonic()))
 
 
-def _progress(began_ms: int, planned_s: float, logged_s: float, worked_s: float) -> dict[str, Any]:
-    """A committed batch's timings, in the shape of Spark's query progress."""
+def _progress(
+    began_ms: int,
+    planned_s: float,
+    logged_s: float,
+    worked_s: float,
+    parts: Mapping[str, float],
+) -> dict[str, Any]:
+    """A committed batch's timings, in the shape of Spark's query progress, with the parts
+    of ``addBatch`` the batch's work reported (not added to ``triggerExecution`` again)."""
     durations = {"latestOffset": planned_s, "walCommit": logged_s, "addBatch": worked_s}
     milliseconds = {k: round(v * 1000) for k, v in durations.items()}
     milliseconds["triggerExecution"] = sum(milliseconds.values())
+    milliseconds.update({k: round(v * 1000) for k, v in parts.items()})
     return {"batchTimestampMs": began_ms, "durationMs": milliseconds}

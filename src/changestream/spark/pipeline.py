@@ -526,11 +526,13 @@ class SparkPipeline:
         finally:
             self._sinks.release()
 
-    def _process(self, context: SparkContext, batch_id: int) -> None:
+    def _process(self, context: SparkContext, batch_id: int) -> dict[str, float]:
         with self._sinks:
-            self._process_batch(context, batch_id)
+            return self._process_batch(context, batch_id)
 
-    def _process_batch(self, context: SparkContext, batch_id: int) -> None:
+    def _process_batch(self, context: SparkContext, batch_id: int) -> dict[str, float]:
+        """Run micro-batch ``batch_id``; how long its CDC tasks (``cdcTasks``) and its
+        replica MERGEs (``replicaMerge``) took, in seconds, which its commit keeps."""
         try:
             # The micro-batch thread's jobs, which a stuck batch's watchdog cancels.
             description = f"changestream pipeline {self.name}, micro-batch {batch_id}"
@@ -541,8 +543,11 @@ class SparkPipeline:
                 self.definition = self.catalog.get(self.name).definition
             plan = self._plan(self._tables())
             self._backfill(context, plan)
+            began = time.monotonic()
             summary = self._attempts("*", lambda: self._run_cdc_tasks(context, plan, batch_id))
+            tasks_done = time.monotonic()
             self._merge(plan, summary, f"cdc-{batch_id}")
+            parts = {"cdcTasks": tasks_done - began, "replicaMerge": time.monotonic() - tasks_done}
             self._publish(context, force=False)
             events = sum(row["events"] for row in summary if row["kind"] == "events")
             windows = [row["read_timestamp"] for row in summary if row["kind"] == WINDOW]
@@ -553,6 +558,7 @@ class SparkPipeline:
             self.catalog.update_progress(
                 self.name, add_rows=events, batch_id=batch_id, detail=detail
             )
+            return parts
         except BatchError as error:
             self._failure = error
             raise
