@@ -167,7 +167,8 @@ def prepare(timeout: float) -> None:
     It runs small pipelines under spark-submit and keeps the classes their JVM loaded in the
     cache directory ($CHANGESTREAM_CACHE_DIR, else ~/.cache/changestream), then removes the
     archives there that no installation can use any more (their Spark or Java is gone or
-    changed). `make` runs this after installing. Pipelines run without it too, only slower to
+    changed) or that do not say what they were built for (an earlier version made them), and
+    says why. `make` runs this after installing. Pipelines run without it too, only slower to
     start.
     """
     with needs("spark", "pipeline prepare"):
@@ -176,5 +177,5 @@ def prepare(timeout: float) -> None:
     click.echo(f"building the JVM class archive {archive_file()} ...")
     path = build_archive(Path(__file__).with_name("_archive_job.py"), timeout)
     click.echo(f"built {path} ({path.stat().st_size / 2**20:.0f} MB)")
-    for removed in prune_archives(path):
-        click.echo(f"removed {removed}: no installation can use it any more")
+    for removed, why in prune_archives(path).items():
+        click.echo(f"removed {removed}: {why}")

@@ -92,16 +92,17 @@ def _origin_file(archive: Path) -> Path:
     return archive.with_suffix(".origin.json")
 
 
-def prune_archives(keep: Path) -> list[Path]:
+def prune_archives(keep: Path) -> dict[Path, str]:
     """Remove the cache directory's archives that no installation can map any more (their
     Spark installation or Java is gone or changed, or the installation that built ``keep``
-    built them for another Spark version, or they do not say what they were built for), and
-    the partial archives of builds that died; returns the archives removed.
+    built them for another Spark version), those that do not say what they were built for
+    (made by an earlier version), and the partial archives of builds that died; returns each
+    archive removed with why.
 
     Each is about 70 MB, and every new installation path (a fresh clone, a new virtual
     environment) builds its own. A JVM that has one mapped keeps it after the removal."""
     here = str(spark_home().resolve())
-    removed = []
+    removed = {}
     for archive in keep.parent.glob("spark-*.jsa"):
         if archive == keep:
             continue
@@ -110,13 +111,18 @@ def prune_archives(keep: Path) -> list[Path]:
             built_for = json.loads(origin.read_text())
             spark, java = str(built_for["spark_home"]), Path(built_for["java"])
         except (OSError, ValueError, KeyError, TypeError):
-            spark, java = "", Path()
-        digest = _digest(Path(spark), java) if spark else None
-        if digest is not None and archive.stem.endswith(f"-{digest}") and spark != here:
-            continue
+            why = "it does not say what it was built for (an earlier version made it)"
+        else:
+            digest = _digest(Path(spark), java)
+            if digest is None or not archive.stem.endswith(f"-{digest}"):
+                why = f"the Spark installation {spark} or the Java {java} is gone or changed"
+            elif spark == here:
+                why = "this installation's archive for another Spark version"
+            else:
+                continue
         archive.unlink(missing_ok=True)
         origin.unlink(missing_ok=True)
-        removed.append(archive)
+        removed[archive] = why
     for partial in keep.parent.glob(".spark-*.jsa.*.partial"):
         pid = partial.suffixes[-2].lstrip(".")
         if pid.isdigit() and not is_running(int(pid)):
