@@ -232,10 +232,17 @@ def _lines(columns: EventColumns | ArrowEventColumns) -> list[bytes]:
     return list(columns.lines.cast(pa.binary()).to_pylist())
 
 
-def test_a_task_reads_a_range_alike_by_either_path(tmp_path: Path) -> None:
+@pytest.mark.parametrize("by_duckdb", [True, False])
+def test_a_task_reads_a_range_alike_by_either_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, by_duckdb: bool
+) -> None:
     """A pipeline task's reading of one range: the embedded database's change log built by
     DuckDB where it can, in Python where not, against the records read and built in Python
-    (what a task reading a server does): the same lines and staged rows."""
+    (what a task reading a server does): the same lines and staged rows. A range this small
+    holds less than ``_DUCKDB_MIN_BYTES`` of stored JSON, so DuckDB builds it only when
+    that is 0; otherwise it is all built in Python."""
+    if by_duckdb:
+        monkeypatch.setattr(_tasks, "_DUCKDB_MIN_BYTES", 0)
     with _database(tmp_path / "db.sqlite") as db:
         _write(db, "eu", [(i, f"n{i}", i, i % 2 == 0, *FIXED[3:]) for i in range(40)])
         with db.transaction() as tx:
@@ -265,7 +272,11 @@ def test_a_task_reads_a_range_alike_by_either_path(tmp_path: Path) -> None:
             c for groups in _tasks._range_groups(plan, db, "S", read)
             for c in _tasks._python_columns(plan, groups, read.end)
         ]  # fmt: skip
-    assert {type(c) for c in stored} == {ArrowEventColumns, EventColumns}
+    if not by_duckdb:
+        assert {type(c) for c in stored} == {EventColumns}
+        assert sum(len(p) for _, p in log) < _tasks._DUCKDB_MIN_BYTES
+    else:
+        assert {type(c) for c in stored} == {ArrowEventColumns, EventColumns}
     builder = StoredColumns(connect(), STREAM, "db", table, read.end)
     headers = ((ts, stored_header(p)) for ts, p in log)
     built = {h.compact for ts, h in headers if h is not None and builder.accepts(ts, h)}
