@@ -136,9 +136,9 @@ def _fork_daemon(server: socket.socket, connection: socket.socket) -> bool:
         try:
             server.close()
             # The daemon answers, not the zygote: a stub that got no answer knows no daemon
-            # took its streams (the zygote may die between the fork and an answer of its own).
-            with contextlib.suppress(OSError):
-                connection.sendall(f"{os.getpid()}\n".encode())
+            # took its streams (the zygote may die between the fork and an answer of its own),
+            # and a daemon whose answer failed exits rather than run beside the stub's own.
+            connection.sendall(f"{os.getpid()}\n".encode())
             connection.close()
             _become_daemon(fds, request)
             code = 0
@@ -183,6 +183,8 @@ def hand_over() -> bool:
             socket.send_fds(connection, [json.dumps(request).encode()], [0, 1, 2])
             connection.shutdown(socket.SHUT_WR)
             answer = _read_all(connection)
+        if not answer.endswith(b"\n"):
+            return False  # no daemon took the streams (or its answer was cut short)
         pid = int(answer)
     except (OSError, ValueError):
         return False
