@@ -571,9 +571,17 @@ def command(_):
 def environment(_):
     yield os.environ.get("PYTHON_UNIX_DOMAIN_ENABLED", "unset")
 
+def threads(_):
+    import numpy as np
+    matrix = np.ones((300, 300))
+    (matrix @ matrix).sum()  # numpy's BLAS starts its thread pool
+    status = Path("/proc/self/status").read_text().splitlines()
+    yield os.environ.get("OMP_NUM_THREADS"), next(l for l in status if l.startswith("Threads:"))
+
 context = local_context("local[2]", log=sys.argv[1])
 print(context.parallelize(range(2), 2).mapPartitions(command).collect())
 print(context.parallelize(range(2), 2).mapPartitions(environment).collect())
+print(context.parallelize(range(2), 2).mapPartitions(threads).collect())
 stop_context(context)
 """
 
@@ -584,15 +592,32 @@ def test_a_new_jvms_workers_are_forked_by_the_daemon_its_zygote_preloaded(
 ) -> None:
     """The daemon's imports were done while the JVM started: the workers' parent is the
     zygote's child (it keeps the zygote's command line), and it got the JVM's environment
-    (the Unix sockets the JVM asked for). In a process of its own: the zygote serves the
-    first JVM of a process, and this one's tests started theirs before."""
+    (the Unix sockets the JVM asked for). Their numpy has one thread, as Spark's
+    ``OMP_NUM_THREADS`` of 1 makes it without a zygote (the zygote imported numpy with the
+    driver's environment, where it took one thread a core, before it was told). In a process
+    of its own: the zygote serves the first JVM of a process, and this one's tests started
+    theirs before."""
     from changestream.spark.zygote import ZYGOTE_FLAG
 
     output = run_script(_ZYGOTE_DAEMON, str(tmp_path / "spark.log"))
-    commands, environments = (ast.literal_eval(line) for line in output.splitlines())
+    commands, environments, threads = (ast.literal_eval(line) for line in output.splitlines())
     assert len(commands) == 2
     assert all(f"changestream.spark._daemon {ZYGOTE_FLAG}" in c for c in commands), commands
     assert [e.lower() for e in environments] == ["true", "true"]
+    assert [(omp, count.split()) for omp, count in threads] == [("1", ["Threads:", "1"])] * 2
+
+
+def test_no_zygote_when_the_user_chooses_the_workers_threads(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from changestream.spark._session import _workers_threads_set
+
+    monkeypatch.delenv("PYSPARK_SUBMIT_ARGS", raising=False)
+    monkeypatch.setenv("SPARK_CONF_DIR", "/nonexistent")
+    assert not _workers_threads_set()
+    for chosen in ("spark.task.cpus=2", "spark.executorEnv.OMP_NUM_THREADS=4"):
+        monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", f"--conf {chosen} pyspark-shell")
+        assert _workers_threads_set()
 
 
 _HUGE_PAGES = """

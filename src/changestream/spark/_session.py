@@ -71,16 +71,19 @@ def local_context(
     It turns transparent huge pages off for this process and those it starts (see
     :mod:`changestream.spark.huge_pages`; setting ``MIMALLOC_ALLOW_THP`` leaves them as
     they are). On a local master, when this process has no JVM yet, a zygote does the Python
-    daemon's imports while the JVM starts (see :mod:`changestream.spark.zygote`)."""
+    daemon's imports while the JVM starts (see :mod:`changestream.spark.zygote`), unless
+    ``PYSPARK_SUBMIT_ARGS`` or ``spark-defaults.conf`` sets ``spark.task.cpus`` or
+    ``spark.executorEnv.OMP_NUM_THREADS`` (the zygote imports numpy with the workers'
+    ``OMP_NUM_THREADS``, Spark's default of 1 otherwise)."""
     # Workers must import changestream and pyarrow from this environment.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     disable_transparent_huge_pages()
     conf = context_conf(master, app_name)
-    if master.startswith("local") and SparkContext._gateway is None:
+    if master.startswith("local") and SparkContext._gateway is None and not _workers_threads_set():
         # The JVM about to start finds its Python daemon's imports done (see ``zygote``). A
         # JVM already running keeps the environment it started with, and PySpark starts a
         # new context on it: no zygote would be found.
-        start_zygote(Path(_socket_dir()))
+        start_zygote(Path(_socket_dir()), {"OMP_NUM_THREADS": _SPARK_TASK_CPUS})
     _import_while_the_jvm_starts()
     if log is None:
         context = SparkContext.getOrCreate(conf)
@@ -171,6 +174,18 @@ def _user_sets(key: str) -> bool:
     except OSError:
         return False
     return any(line.split()[:1] == [key] for line in lines)
+
+
+#: Spark's default ``spark.task.cpus``, which it gives its Python workers as
+#: ``OMP_NUM_THREADS`` unless ``spark.executorEnv.OMP_NUM_THREADS`` says otherwise.
+_SPARK_TASK_CPUS: Final = "1"
+
+
+def _workers_threads_set() -> bool:
+    """Whether the user chooses the Python workers' ``OMP_NUM_THREADS`` (through
+    ``spark.task.cpus`` or ``spark.executorEnv.OMP_NUM_THREADS``) where only the JVM reads
+    it: the zygote, started before the JVM, could not import as the workers would."""
+    return _user_sets("spark.task.cpus") or _user_sets("spark.executorEnv.OMP_NUM_THREADS")
 
 
 #: A socket's path must fit in 107 bytes; Spark names each ``.<uuid>.sock`` in the directory.

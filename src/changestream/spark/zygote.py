@@ -31,7 +31,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Final
 
@@ -52,10 +52,14 @@ _zygote: subprocess.Popen[bytes] | None = None
 _owner = 0
 
 
-def start_zygote(directory: Path) -> bool:
+def start_zygote(directory: Path, workers_environment: Mapping[str, str] | None = None) -> bool:
     """Start a zygote with its socket in ``directory`` and name it in this process's
     environment (so the JVM about to start passes it to its daemon); a zygote started
-    before and never used is stopped first. Whether one was started."""
+    before and never used is stopped first. Whether one was started.
+
+    ``workers_environment``: what the JVM will set for its Python workers that the imports
+    read, set for the zygote's imports too (numpy sizes its BLAS thread pool from
+    ``OMP_NUM_THREADS`` when it is imported, and the workers inherit that pool)."""
     global _zygote, _owner
     stop_zygote()
     path = directory / f"zygote-{os.getpid()}-{os.urandom(4).hex()}.sock"
@@ -69,6 +73,7 @@ def start_zygote(directory: Path) -> bool:
         command = [sys.executable, "-m", "changestream.spark._daemon", ZYGOTE_FLAG]
         _zygote = subprocess.Popen(
             [*command, str(server.fileno()), str(path)],
+            env={**os.environ, **(workers_environment or {})},
             pass_fds=[server.fileno()],
             # Its lifeline: it exits when this process closes the pipe, or ends.
             stdin=subprocess.PIPE,
