@@ -162,10 +162,12 @@ def _jvm_temp_option() -> str | None:
     return None if any(c.isspace() or c in "'\"\\" for c in path) else f"-Djava.io.tmpdir={path}"
 
 
-def _user_sets(key: str) -> bool:
-    """Whether the user sets Spark property ``key`` through ``PYSPARK_SUBMIT_ARGS`` or the
-    ``spark-defaults.conf`` that ``spark-submit`` reads (theirs wins: ours is left out)."""
-    if key in os.environ.get("PYSPARK_SUBMIT_ARGS", ""):
+def _user_sets(*keys: str) -> bool:
+    """Whether the user sets any of the Spark properties ``keys`` through
+    ``PYSPARK_SUBMIT_ARGS`` or the ``spark-defaults.conf`` that ``spark-submit`` reads (theirs
+    wins: ours is left out)."""
+    args = os.environ.get("PYSPARK_SUBMIT_ARGS", "")
+    if any(key in args for key in keys):
         return True
     home = os.environ.get("SPARK_HOME") or str(Path(pyspark.__file__).parent)
     folder = os.environ.get("SPARK_CONF_DIR") or os.path.join(home, "conf")
@@ -173,7 +175,7 @@ def _user_sets(key: str) -> bool:
         lines = Path(folder, "spark-defaults.conf").read_text().splitlines()
     except OSError:
         return False
-    return any(line.split()[:1] == [key] for line in lines)
+    return any(line.split()[:1] == [key] for line in lines for key in keys)
 
 
 #: Spark's default ``spark.task.cpus``, which it gives its Python workers as
@@ -185,7 +187,7 @@ def _workers_threads_set() -> bool:
     """Whether the user chooses the Python workers' ``OMP_NUM_THREADS`` (through
     ``spark.task.cpus`` or ``spark.executorEnv.OMP_NUM_THREADS``) where only the JVM reads
     it: the zygote, started before the JVM, could not import as the workers would."""
-    return _user_sets("spark.task.cpus") or _user_sets("spark.executorEnv.OMP_NUM_THREADS")
+    return _user_sets("spark.task.cpus", "spark.executorEnv.OMP_NUM_THREADS")
 
 
 #: A socket's path must fit in 107 bytes; Spark names each ``.<uuid>.sock`` in the directory.

@@ -67,9 +67,15 @@ def java_binary() -> Path:
 
 def archive_file() -> Path:
     """Where the archive of this Spark installation and this Java is (or would be)."""
+    return _archive_of(spark_home().resolve(), java_binary())
+
+
+def _archive_of(spark: Path, java: Path) -> Path:
+    """Where the archive of the Spark installation ``spark`` (this PySpark's version) and the
+    Java ``java`` (found) is."""
     import pyspark
 
-    digest = _digest(spark_home().resolve(), java_binary())
+    digest = _digest(spark, java)
     assert digest is not None, "java_binary() checked that Java is there"
     return cache_dir() / f"spark-{pyspark.__version__}-{digest}.jsa"
 
@@ -149,7 +155,8 @@ def build_archive(job: str | os.PathLike[str], timeout: float = BUILD_TIMEOUT_SE
     or none; beside it goes what it was built for (see :func:`prune_archives`). Raises
     :class:`ChangeStreamError` with the end of the job's output when it fails or runs longer
     than ``timeout`` seconds."""
-    target = archive_file()
+    spark, java = spark_home().resolve(), java_binary()
+    target = _archive_of(spark, java)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -158,7 +165,7 @@ def build_archive(job: str | os.PathLike[str], timeout: float = BUILD_TIMEOUT_SE
             "CHANGESTREAM_CACHE_DIR to a directory you can write"
         ) from exc
     partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
-    submit = spark_home() / "bin" / "spark-submit"
+    submit = spark / "bin" / "spark-submit"
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
     env.pop("PYSPARK_SUBMIT_ARGS", None)
     command = [
@@ -186,8 +193,7 @@ def build_archive(job: str | os.PathLike[str], timeout: float = BUILD_TIMEOUT_SE
             partial.replace(target)
         finally:
             partial.unlink(missing_ok=True)
-    origin = {"spark_home": str(spark_home().resolve()), "java": str(java_binary())}
-    _origin_file(target).write_text(json.dumps(origin))
+    _origin_file(target).write_text(json.dumps({"spark_home": str(spark), "java": str(java)}))
     return target
 
 
