@@ -35,8 +35,10 @@ from changestream.errors import (
     InvalidArgument,
     NotFound,
 )
+from changestream.remote._http import stream_lines
 from changestream.server import Databases, NoAuth, create_app, serve_in_thread
 from changestream.wire import api
+from changestream.wire.records import decode_stream_line, record_from_line, record_from_stream_line
 from changestream.wire.values import decode, encode
 from tests.conftest import ACCOUNT_BALANCE
 from tests.server_support import EXPECTED_SCOPES, response_validator, serving
@@ -540,7 +542,7 @@ def test_answers_and_stream_lines_fit_the_declared_schemas(
     assert leases["leases"][0]["parent_shard_ids"] == ["p0"]
     fits("POST", "/streams/{stream}/leases/list", leases)
     end = store_of(embedded).now()
-    kinds = set()
+    kinds, decoded_kinds = set(), set()
     reads = [
         (None, start),
         *((p.token, p.start_timestamp) for p in embedded.partition_history("S")),
@@ -566,9 +568,16 @@ def test_answers_and_stream_lines_fit_the_declared_schemas(
             answer = orjson.loads(line)
             kinds.add(answer["type"])
             fits("POST", "/read_change_stream", answer)
+            if answer["type"] != "end":
+                # What the client builds, one msgspec pass, is what the line's dicts give
+                # (repr: a NaN equals no other).
+                decoded = record_from_stream_line(decode_stream_line(line))
+                assert repr(decoded) == repr(record_from_line(answer))
+                decoded_kinds.add(answer["type"])
             if answer["type"] == "data_change_record":
                 forms[ask].add("mods" if "mods" in answer["record"] else "mod_values")
     assert {"data_change_record", "child_partitions_record", "end"} <= kinds
+    assert decoded_kinds == kinds - {"end"}
     # The seed's form unless the client asks for the stored one (the insert is stored compact).
     stored = {"mods", "mod_values"}
     assert forms == {"header": stored, "field": stored, "none": {"mods"}}
@@ -576,6 +585,17 @@ def test_answers_and_stream_lines_fit_the_declared_schemas(
     for line in sql.content.splitlines():
         fits("POST", "/sql", orjson.loads(line))
     assert checked > 10
+
+
+def test_a_read_line_the_client_cannot_decode_is_a_clear_error() -> None:
+    """Lines that are not a read's stop the read with what is wrong; a last line cut off
+    (the connection broke mid-line) is left for the resumed read."""
+    good = b'{"type":"heartbeat_record","partition_token":"p","timestamp_us":5,"record":{}}'
+    cut = httpx.Response(200, content=good + b"\n" + good[:20])
+    assert [line.type for line in stream_lines(cut)] == ["heartbeat_record"]
+    for bad in (b'{"partition_token":"p"}', b'{"type":"x","timestamp_us":"soon"}', b"[1"):
+        with pytest.raises(FailedPrecondition, match="not one of a change stream read"):
+            list(stream_lines(httpx.Response(200, content=bad + b"\n")))
 
 
 def test_the_client_asks_for_stored_mods_in_a_way_older_servers_ignore(

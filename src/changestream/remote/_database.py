@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 import msgspec
+import orjson
 
 from changestream.clock import parse_ts
 from changestream.ddl.schema import ChangeStream, Table
@@ -72,7 +73,7 @@ from changestream.wire.records import (
     action_from_json,
     error_from_json,
     policy_from_json,
-    record_from_line,
+    record_from_stream_line,
 )
 from changestream.wire.values import decode, encode
 
@@ -318,10 +319,10 @@ class RemoteDatabase(WatchableDatabase):
         try:
             while True:
                 try:
-                    for line in http.lines(response):
-                        kind = line["type"]
+                    for line in http.stream_lines(response):
+                        kind = line.type
                         if kind in _RECORD_TYPES:
-                            record = record_from_line(line)
+                            record = record_from_stream_line(line)
                             if resumed is not None and resumed.covers(record):
                                 continue
                             if record.ends_partition:
@@ -335,7 +336,7 @@ class RemoteDatabase(WatchableDatabase):
                         elif kind == "end":
                             return
                         elif kind == "error":
-                            raise error_from_json(line["error"], 200)
+                            raise error_from_json(orjson.loads(memoryview(line.error)), 200)
                         elif kind == "shutdown":
                             break
                 except httpx.TransportError:

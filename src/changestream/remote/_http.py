@@ -17,6 +17,7 @@ import orjson
 from changestream.errors import (
     ChangeStreamError,
     DatabaseClosed,
+    FailedPrecondition,
     InvalidArgument,
     NotFound,
     Unavailable,
@@ -24,7 +25,7 @@ from changestream.errors import (
 from changestream.retry import reconnecting
 from changestream.wire import api, models
 from changestream.wire.api import NO_SUCH_REQUEST, OLDER_NO_SUCH_REQUEST
-from changestream.wire.records import error_from_json
+from changestream.wire.records import StreamLine, decode_stream_line, error_from_json
 
 #: Where a bearer token is read from when none is given.
 TOKEN_ENV = "CHANGESTREAM_TOKEN"
@@ -211,15 +212,29 @@ def _unknown_request(response: httpx.Response, error: Any) -> bool:
     return message in (asked + NO_SUCH_REQUEST, asked + OLDER_NO_SUCH_REQUEST)
 
 
-def lines(response: httpx.Response) -> Iterator[dict[str, Any]]:
+def _complete_lines(response: httpx.Response) -> Iterator[bytes]:
     """The complete NDJSON lines of a streaming response; a cut-off last line is dropped."""
     pending = b""
     for chunk in response.iter_bytes():
         complete = (pending + chunk).split(b"\n")
         pending = complete.pop()
-        for line in complete:
-            if line:
-                yield orjson.loads(line)
+        yield from filter(None, complete)
+
+
+def lines(response: httpx.Response) -> Iterator[dict[str, Any]]:
+    """The complete NDJSON lines of a streaming response, parsed."""
+    return map(orjson.loads, _complete_lines(response))
+
+
+def stream_lines(response: httpx.Response) -> Iterator[StreamLine]:
+    """The complete lines of a read function's response, as :class:`StreamLine`."""
+    for line in _complete_lines(response):
+        try:
+            yield decode_stream_line(line)
+        except msgspec.DecodeError as exc:
+            raise FailedPrecondition(
+                f"the server sent a line that is not one of a change stream read: {exc}"
+            ) from None
 
 
 def dumps(body: models.Request) -> bytes:

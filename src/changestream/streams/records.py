@@ -167,9 +167,10 @@ class DataChangeRecord(msgspec.Struct, _JsonRecord, frozen=True, gc=False):
 
     @staticmethod
     def from_payload(
-        commit_timestamp: int, payload: bytes, partition_token: str = ""
+        commit_timestamp: int, payload: bytes | memoryview, partition_token: str = ""
     ) -> DataChangeRecord:
-        """Rebuild a record from its change-log payload (the JSON fields but the timestamp)."""
+        """Rebuild a record from its change-log payload (the JSON fields but the timestamp;
+        any ``commit_timestamp`` field is ignored)."""
         try:
             stored = _decode_stored(payload)
         except msgspec.MsgspecError:
