@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -39,8 +40,11 @@ LEGACY = "spark-0.0.1-0123456789abcdef.jsa"
 def cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A cache directory holding an archive built by the CLI, as `make` builds it."""
     directory = tmp_path_factory.mktemp("cache")
-    # An archive of an earlier version, which recorded nothing of what it was built for.
+    # An archive of an earlier version, which recorded nothing of what it was built for,
+    # unread for longer than such an archive is kept.
     (directory / LEGACY).write_bytes(b"classes")
+    unread = time.time() - (jvm_archive.LEGACY_UNREAD_DAYS * 86_400 + 60)
+    os.utime(directory / LEGACY, (unread, unread))
     saved = os.environ.get("CHANGESTREAM_CACHE_DIR")
     os.environ["CHANGESTREAM_CACHE_DIR"] = str(directory)
     try:
@@ -189,6 +193,11 @@ def test_prune_removes_the_archives_no_installation_can_map(
     gone = archive(fitting(gone_home), gone_home)
     gone_home.rmdir()
     legacy = archive("spark-4.2.0-0123456789abcdef.jsa", None)
+    unread = time.time() - (jvm_archive.LEGACY_UNREAD_DAYS * 86_400 + 60)
+    os.utime(legacy, (unread, unread))
+    # Read lately: an installation of the earlier version may still map it.
+    legacy_in_use = archive("spark-4.2.0-fedcba9876543210.jsa", None)
+    os.utime(legacy_in_use, (time.time() - 3_600, unread))
     here = jvm_archive.spark_home().resolve()
     older_version = archive(fitting(here).replace("4.3.0", "4.2.0"), here)
     other_java = tmp_path / "java"
@@ -206,13 +215,17 @@ def test_prune_removes_the_archives_no_installation_can_map(
 
     assert removed == {
         gone: f"the Spark installation {gone_home} or the Java {java} is gone or changed",
-        legacy: "it does not say what it was built for (an earlier version made it)",
+        legacy: (
+            "it does not say what it was built for (an earlier version made it) and was not "
+            f"read for {jvm_archive.LEGACY_UNREAD_DAYS} days"
+        ),
         older_version: "this installation's archive for another Spark version",
         changed_java: (
             f"the Spark installation {other_home} or the Java {other_java} is gone or changed"
         ),
     }
     assert keep.exists() and alive.exists() and alive.with_suffix(".origin.json").exists()
+    assert legacy_in_use.exists()
     for path in removed:
         assert not path.exists() and not path.with_suffix(".origin.json").exists()
     assert not dead_partial.exists() and live_partial.exists()

@@ -167,9 +167,9 @@ def prepare(timeout: float) -> None:
     It runs small pipelines under spark-submit and keeps the classes their JVM loaded in the
     cache directory ($CHANGESTREAM_CACHE_DIR, else ~/.cache/changestream), then removes the
     archives there that no installation can use any more (their Spark or Java is gone or
-    changed) or that do not say what they were built for (an earlier version made them), and
-    says why. `make` runs this after installing. Pipelines run without it too, only slower to
-    start.
+    changed) or that do not say what they were built for (an earlier version made them) and
+    were not read for a week, and says why. `make` runs this after installing. Pipelines
+    run without it too, only slower to start.
     """
     with needs("spark", "pipeline prepare"):
         from changestream.spark.jvm_archive import archive_file, build_archive, prune_archives

@@ -27,6 +27,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import IO, Final
 
@@ -98,12 +99,28 @@ def _origin_file(archive: Path) -> Path:
     return archive.with_suffix(".origin.json")
 
 
+#: An archive that does not say what it was built for is removed once nothing has read it
+#: for this long: the installation of an earlier version that built it may still map it.
+LEGACY_UNREAD_DAYS: Final = 7
+
+
+def _read_lately(archive: Path) -> bool:
+    """Whether the file was read (or written) in the last :data:`LEGACY_UNREAD_DAYS` days:
+    a JVM mapping it reads it, which Linux's default ``relatime`` mounts record at most once
+    a day (on ``noatime`` mounts only its writing counts)."""
+    try:
+        found = archive.stat()
+    except FileNotFoundError:
+        return True  # removed meanwhile: nothing to remove
+    return time.time() - max(found.st_atime, found.st_mtime) < LEGACY_UNREAD_DAYS * 86_400
+
+
 def prune_archives(keep: Path) -> dict[Path, str]:
     """Remove the cache directory's archives that no installation can map any more (their
     Spark installation or Java is gone or changed, or the installation that built ``keep``
     built them for another Spark version), those that do not say what they were built for
-    (made by an earlier version), and the partial archives of builds that died; returns each
-    archive removed with why.
+    (made by an earlier version) and that nothing read for :data:`LEGACY_UNREAD_DAYS` days,
+    and the partial archives of builds that died; returns each archive removed with why.
 
     Each is about 70 MB, and every new installation path (a fresh clone, a new virtual
     environment) builds its own. A JVM that has one mapped keeps it after the removal."""
@@ -117,7 +134,12 @@ def prune_archives(keep: Path) -> dict[Path, str]:
             built_for = json.loads(origin.read_text())
             spark, java = str(built_for["spark_home"]), Path(built_for["java"])
         except (OSError, ValueError, KeyError, TypeError):
-            why = "it does not say what it was built for (an earlier version made it)"
+            if _read_lately(archive):
+                continue  # an installation of an earlier version may still map it
+            why = (
+                "it does not say what it was built for (an earlier version made it) and "
+                f"was not read for {LEGACY_UNREAD_DAYS} days"
+            )
         else:
             digest = _digest(Path(spark), java)
             if digest is None or not archive.stem.endswith(f"-{digest}"):
