@@ -37,6 +37,9 @@ from changestream.errors import (
 )
 from changestream.remote._http import stream_lines
 from changestream.server import Databases, NoAuth, create_app, serve_in_thread
+from changestream.streams.positions import Position
+from changestream.streams.records import ChildPartitionsRecord, HeartbeatRecord
+from changestream.streams.stored_changes import StoredInserts
 from changestream.wire import api
 from changestream.wire.records import decode_stream_line, record_from_line, record_from_stream_line
 from changestream.wire.values import decode, encode
@@ -623,6 +626,38 @@ def test_the_client_asks_for_stored_mods_in_a_way_older_servers_ignore(
         r for r in expected if isinstance(r, DataChangeRecord)
     ]
     assert any(len(r.mods) == 2 for r in read if isinstance(r, DataChangeRecord))
+
+
+def test_remote_stored_reads_give_what_the_embedded_ones_give(
+    pair: tuple[changestream.EmbeddedDatabase, changestream.Database],
+) -> None:
+    """``read_stored_changes`` over HTTP (what watch() reads): inserts stored compact come as
+    :class:`StoredInserts`, other changes as records, then the child partitions, each equal
+    to the embedded read's (heartbeats aside: the embedded one also promises at commits);
+    a reader resuming after stored inserts resumes after them."""
+    embedded, remote = pair
+    with embedded.transaction() as tx:
+        tx.insert("V", ["K", "I"], [["x", 1], ["y", 2]])  # a batch: stored compact
+    with embedded.transaction() as tx:
+        tx.update("V", ["K", "I"], [["x", 3]])
+        tx.insert("V", ["K", "I"], [["z", 4]])
+    embedded.split_at("V", ["m"])
+    end = store_of(embedded).now()
+
+    def changes(db: Any, partition: Any) -> list[Any]:
+        read = db.read_stored_changes("S", partition.start_timestamp, end, partition.token, 1000)
+        return [r for r in read if not isinstance(r, HeartbeatRecord)]
+
+    kinds = set()
+    for partition in embedded.partition_history("S"):
+        got = changes(remote, partition)
+        assert got == changes(embedded, partition)
+        kinds |= {type(r) for r in got}
+        for record in got:
+            if isinstance(record, StoredInserts):
+                after = Position(record.commit_timestamp, int(record.record_sequence))
+                assert Position.after(record) == after and after.covers(record)
+    assert {StoredInserts, DataChangeRecord, ChildPartitionsRecord} <= kinds
 
 
 def test_a_stream_client_catches_up_many_remote_partitions_in_turns(tmp_path: Path) -> None:

@@ -24,8 +24,8 @@ returned, skipping what it already gave, so no record is lost or repeated; it gi
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 import msgspec
@@ -70,10 +70,12 @@ from changestream.watch.cursor import ChangeStreamCursor
 from changestream.watch.watchable import Stages, WatchableDatabase
 from changestream.wire import models
 from changestream.wire.records import (
+    StreamLine,
     action_from_json,
     error_from_json,
     policy_from_json,
     record_from_stream_line,
+    stored_record_from_stream_line,
 )
 from changestream.wire.values import decode, encode
 
@@ -82,7 +84,28 @@ if TYPE_CHECKING:
     from changestream.streams.watch_arguments import WatchArguments
 
 
+#: A record as a read returns it (see ``read_stored_changes``).
+_Record = TypeVar("_Record", ChangeRecord, StoredRecord)
 _RECORD_TYPES = frozenset({"data_change_record", "heartbeat_record", "child_partitions_record"})
+
+
+def _read_request(
+    stream: str,
+    start: Timestamp,
+    end: Timestamp | None,
+    token: str | None,
+    heartbeat_milliseconds: int,
+    read_options: object = None,
+) -> models.ReadChangeStreamRequest:
+    """The body of a read function request."""
+    return models.ReadChangeStreamRequest(
+        stream=stream,
+        start_timestamp=encode(start),
+        end_timestamp=encode(end),
+        partition_token=encode(token),
+        heartbeat_milliseconds=encode(heartbeat_milliseconds),
+        read_options=encode(read_options),
+    )
 
 
 def connect(
@@ -283,16 +306,15 @@ class RemoteDatabase(WatchableDatabase):
         read_options: object = None,
     ) -> Iterator[ChangeRecord]:
         """The read function, streamed from the server; resumes across broken connections."""
-        body = models.ReadChangeStreamRequest(
-            stream=stream,
-            start_timestamp=encode(start_timestamp),
-            end_timestamp=encode(end_timestamp),
-            partition_token=encode(partition_token),
-            heartbeat_milliseconds=encode(heartbeat_milliseconds),
-            read_options=encode(read_options),
+        body = _read_request(
+            stream,
+            start_timestamp,
+            end_timestamp,
+            partition_token,
+            heartbeat_milliseconds,
+            read_options,
         )
-        response = self._http.open_stream("read_change_stream", body, reconnect=False)
-        return reported_items(self._records(body, response), "reading a remote change stream")
+        return self._read(body, record_from_stream_line)
 
     def read_stored_changes(
         self,
@@ -302,18 +324,29 @@ class RemoteDatabase(WatchableDatabase):
         partition_token: str | None,
         heartbeat_milliseconds: int,
     ) -> Iterator[StoredRecord]:
-        """The read function: every data change comes as a record (the client decodes what
-        the server sends, whatever its form)."""
-        return self.read_change_stream(
+        """The read function, inserts stored compact coming as :class:`StoredInserts` (as the
+        embedded ``read_stored_changes`` gives them; the server sends them as stored)."""
+        body = _read_request(
             stream, start_timestamp, end_timestamp, partition_token, heartbeat_milliseconds
         )
+        return self._read(body, stored_record_from_stream_line)
+
+    def _read(
+        self, body: models.ReadChangeStreamRequest, decode: Callable[[StreamLine], _Record]
+    ) -> Iterator[_Record]:
+        response = self._http.open_stream("read_change_stream", body, reconnect=False)
+        records = self._records(body, response, decode)
+        return reported_items(records, "reading a remote change stream")
 
     def _records(
-        self, body: models.ReadChangeStreamRequest, response: httpx.Response
-    ) -> Iterator[ChangeRecord]:
+        self,
+        body: models.ReadChangeStreamRequest,
+        response: httpx.Response,
+        decode: Callable[[StreamLine], _Record],
+    ) -> Iterator[_Record]:
         #: The record returned so far that goes furthest (None: none yet); its position is
         #: worked out only when a connection is cut.
-        furthest: ChangeRecord | None = None
+        furthest: _Record | None = None
         #: Its position when the current connection was opened (None: the first one).
         resumed: Position | None = None
         try:
@@ -322,7 +355,7 @@ class RemoteDatabase(WatchableDatabase):
                     for line in http.stream_lines(response):
                         kind = line.type
                         if kind in _RECORD_TYPES:
-                            record = record_from_stream_line(line)
+                            record = decode(line)
                             if resumed is not None and resumed.covers(record):
                                 continue
                             if record.ends_partition:

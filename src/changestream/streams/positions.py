@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 from changestream.clock import format_ts
 from changestream.errors import InvalidArgument
-from changestream.streams.records import ChangeRecord, DataChangeRecord
+from changestream.streams.records import DataChangeRecord
+from changestream.streams.stored_changes import StoredInserts, StoredRecord
 
 #: Above every record sequence (they have eight digits): past every record at a timestamp.
 AFTER_ALL = 99_999_999
@@ -29,19 +30,19 @@ class Position:
     sequence: int
 
     @staticmethod
-    def of(record: DataChangeRecord) -> Position:
+    def of(record: DataChangeRecord | StoredInserts) -> Position:
         """The position just after ``record``."""
         return Position(record.commit_timestamp, int(record.record_sequence))
 
     @staticmethod
-    def after(record: ChangeRecord) -> Position:
-        """Where ``record`` moves a reader: just after a data change; after every record at
-        or before the timestamp of the other two."""
-        if isinstance(record, DataChangeRecord):
+    def after(record: StoredRecord) -> Position:
+        """Where ``record`` moves a reader: just after a data change (inserts stored compact
+        are one); after every record at or before the timestamp of the other two."""
+        if isinstance(record, DataChangeRecord | StoredInserts):
             return Position.of(record)
         return Position.through(record.timestamp)
 
-    def covers(self, record: ChangeRecord) -> bool:
+    def covers(self, record: StoredRecord) -> bool:
         """Whether ``record`` is at or behind this position (a child partitions record, which
         ends a partition, never is)."""
         return not record.ends_partition and Position.after(record) <= self

@@ -38,9 +38,10 @@ class StoredInserts(msgspec.Struct, frozen=True, gc=False):
     columns: _ColumnNames = msgspec.field(default=((), (), ()), name=COLUMNS_FIELD)
     rows: tuple[tuple[Any, ...], ...] = msgspec.field(default=(), name=VALUES_FIELD)
     session_id: str = ""
-    #: Not in the payload: set from the log row when it is read.
-    commit_timestamp: int = 0
-    partition_token: str = ""
+    #: Not in the payload: set from the log row when it is read. (Under JSON names no record
+    #: has: a record's JSON on the wire holds its commit timestamp as text.)
+    commit_timestamp: int = msgspec.field(default=0, name="_commit_timestamp_us")
+    partition_token: str = msgspec.field(default="", name="_partition_token")
 
     is_data_change: ClassVar[bool] = True
     ends_partition: ClassVar[bool] = False
@@ -74,7 +75,7 @@ _MOST_SHAPES = 1024
 
 
 def stored_change(
-    commit_timestamp: int, payload: bytes, partition_token: str
+    commit_timestamp: int, payload: bytes | memoryview, partition_token: str
 ) -> DataChangeRecord | StoredInserts:
     """A change-log row as :class:`StoredInserts` when it holds inserts stored compact, else
     as the :class:`DataChangeRecord` it holds."""

@@ -26,6 +26,7 @@ from changestream.streams.records import (
     HeartbeatRecord,
 )
 from changestream.streams.roles import WatchSource
+from changestream.streams.stored_changes import StoredRecord, stored_change
 from changestream.wire.values import decode, encode
 
 # -- change records ---------------------------------------------------------------------------
@@ -112,6 +113,15 @@ def record_from_stream_line(line: StreamLine) -> ChangeRecord:
             "record": orjson.loads(memoryview(line.record)),
         }
     )
+
+
+def stored_record_from_stream_line(line: StreamLine) -> StoredRecord:
+    """:func:`record_from_stream_line`, but inserts stored compact come as
+    :class:`StoredInserts`, as the embedded ``read_stored_changes`` gives them."""
+    if line.type == "data_change_record":
+        record = memoryview(line.record)
+        return stored_change(line.timestamp_us, record, line.partition_token or "")
+    return record_from_stream_line(line)
 
 
 def record_from_line(line: dict[str, Any]) -> ChangeRecord:
