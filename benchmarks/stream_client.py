@@ -19,7 +19,9 @@ and ``T <monotonic ns> <process CPU ns> <catch-up thread CPU ns>`` when a proces
 after each batch (for the 1-worker run, the CPU the worker process used while it drained, per
 record, is reported beside the baseline's, and so is the share of it its catch-up thread used:
 the thread that reads every partition's backlog, the rest being the consumer threads that
-process the batches, lease renewals and checkpoints). Every run counts unique records, not
+process the batches, lease renewals and checkpoints). A second baseline, alternating with
+the others, makes the same reads but takes the records in lists of the client's batch size:
+the part of the gap that handing out batches costs by itself. Every run counts unique records, not
 lines, and checks their number against what was written: one record per partition and mod
 type each transaction touched, worked out from the keys and the split points. Goal (issue
 21): 1 worker ≥ 0.7 of the one-reader baseline.
@@ -28,6 +30,7 @@ type each transaction touched, worked out from the keys and the split points. Go
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import random
@@ -51,12 +54,15 @@ from changestream.client import (
 )
 from changestream.client.lease_table import PARTITION_LEASE
 from changestream.embedded.database import store_of
+from changestream.streams.chunks import next_chunk
 from checks import CheckFailed, expect, goal, goals
 
 STREAM = "OrdersStream"
 PARTITIONS = 16
 KEYS = 1600
 COLUMNS = ["OrderId", "Amount", "Note"]
+#: The Stream Client's default ``max_records``: the size of its catch-up batches.
+CLIENT_BATCH: int = inspect.signature(StreamClient).parameters["max_records"].default
 
 
 #: The name the Stream Client gives the thread its partitions catch up on (``_N`` follows).
@@ -166,16 +172,25 @@ def load(path: str, transactions: int) -> tuple[int, Written]:
     return created, written
 
 
-def baseline(path: str, created: int, written: Written) -> tuple[float, float]:
+def baseline(
+    path: str, created: int, written: Written, batch: int | None = None
+) -> tuple[float, float]:
     """(records/s, CPU µs per record) reading every partition with the read function in one
-    process."""
+    process, one after the other. With ``batch``, the records are taken in lists of that many
+    and each list is dropped only when the next is taken, as a client that hands out batches
+    must: what batching alone costs, without the Stream Client's threads and leases."""
     with changestream.open(path) as db:
         end = store_of(db).last_commit_ts()
         started, cpu = time.perf_counter(), time.process_time()
         count = 0
         for partition in db.partitions(STREAM):
-            for record in db.read_change_stream(STREAM, created, end, partition.token, 10_000):
-                count += isinstance(record, DataChangeRecord)
+            records = iter(db.read_change_stream(STREAM, created, end, partition.token, 10_000))
+            if batch is None:
+                for record in records:
+                    count += isinstance(record, DataChangeRecord)
+                continue
+            while taken := next_chunk(records, batch):
+                count += sum(isinstance(record, DataChangeRecord) for record in taken)
         elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
     expect("baseline records", count, written.records)
     return count / elapsed, cpu / count * 1e6
@@ -426,13 +441,15 @@ def main() -> None:
         path = str(tmp / "bench.db")
         created, written = load(path, args.transactions)
         # The machine is noisy: the ratio compares the fastest of as many runs of each.
-        bases, singles = [], []
+        bases, batched, singles = [], [], []
         for run in range(args.repeats):
             bases.append(baseline(path, created, written))
+            batched.append(baseline(path, created, written, CLIENT_BATCH))
             singles.append(
                 throughput(path, tmp, created, written, 1, args.work_us, args.stall, run)
             )
         base, base_cpu = max(bases)
+        in_batches, in_batches_cpu = max(batched)
         runs = {
             1: max(singles),
             **{
@@ -461,6 +478,12 @@ def main() -> None:
             # Where the time goes: the CPU each used per record, in the fastest run of each
             # (the worker's process: its consumer threads, lease renewals and checkpoints).
             "baseline_cpu_us_per_record": round(base_cpu, 2),
+            # The same reads taking the records in lists of the client's batch size: of the
+            # gap between the baseline and the client, what handing out batches costs by
+            # itself (each batch's records are alive together, so colder in the caches).
+            "baseline_batched_records_per_s": round(in_batches),
+            "baseline_batched_cpu_us_per_record": round(in_batches_cpu, 2),
+            "client_1_worker_vs_batched_baseline": round(rates[1] / in_batches, 2),
             "client_1_worker_cpu_us_per_record": round(runs[1].cpu_us_per_record, 2),
             # Of which the catch-up thread's reads (the baseline's whole work, plus handing
             # each batch over); the rest is the consumer threads and the lease upkeep.
