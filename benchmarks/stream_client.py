@@ -21,10 +21,10 @@ record, is reported beside the baseline's, and so is the share of it its catch-u
 the thread that reads every partition's backlog, the rest being the consumer threads that
 process the batches, lease renewals and checkpoints). A second baseline, alternating with
 the others, makes the same reads but takes the records in lists of the client's batch size:
-the part of the gap that handing out batches costs by itself. Every run counts unique records, not
-lines, and checks their number against what was written: one record per partition and mod
-type each transaction touched, worked out from the keys and the split points. Goal (issue
-21): 1 worker ≥ 0.7 of the one-reader baseline.
+the part of the gap that handing out batches costs by itself. Every run counts unique
+records, not lines, and checks their number against what was written: one record per
+partition and mod type each transaction touched, worked out from the keys and the split
+points. Goal (issue 21): 1 worker ≥ 0.7 of the one-reader baseline.
 """
 
 from __future__ import annotations
@@ -188,9 +188,9 @@ def baseline(
             if batch is None:
                 for record in records:
                     count += isinstance(record, DataChangeRecord)
-                continue
-            while taken := next_chunk(records, batch):
-                count += sum(isinstance(record, DataChangeRecord) for record in taken)
+            else:
+                while taken := next_chunk(records, batch):
+                    count += sum(isinstance(record, DataChangeRecord) for record in taken)
         elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
     expect("baseline records", count, written.records)
     return count / elapsed, cpu / count * 1e6
